@@ -1,0 +1,412 @@
+"""The FastAPI app: routes, error -> JSON mapping, request context, and the engine's lifecycle."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+import signal
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import asynccontextmanager, suppress
+from pathlib import Path
+
+from fastapi import Depends, FastAPI, Query, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, Response
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from . import __version__, systemd
+from .admission import Admission
+from .auth import KeyStore, require_caller
+from .config import Settings
+from .documents import (
+    MULTIPART_TYPE,
+    SUPPORTED_TYPES,
+    Cancelled,
+    Limits,
+    classify,
+    extract_multipart_file,
+    load_pages,
+    normalise_media_type,
+    parse_page_selection,
+)
+from .engines import Engine, create_engine
+from .logs import request_id_var
+from .metrics import Metrics
+from .results import (
+    ERROR_RESPONSES,
+    ApiError,
+    ErrorBody,
+    ErrorDetail,
+    Health,
+    Line,
+    OcrResponse,
+    Page,
+    Timings,
+    invalid_parameter,
+    not_ready,
+    timeout,
+    too_large,
+    unsupported_media_type,
+)
+
+log = logging.getLogger("ocr_app.api")
+access_log = logging.getLogger("ocr_app.access")
+
+VERSION = __version__
+_SANE_REQUEST_ID = re.compile(r"^[A-Za-z0-9._:@-]{1,128}$")
+_PROBE_PATHS = ("/healthz", "/livez", "/metrics")
+
+
+class AppState:
+    """Everything a request needs, built once from Settings."""
+
+    def __init__(self, settings: Settings, engine: Engine, on_fatal: Callable[[str], None] | None):
+        self.settings = settings
+        self.engine = engine
+        self.on_fatal = on_fatal
+        self.keys = KeyStore(settings.api_keys_file) if not settings.auth_disabled else None
+        self.admission = Admission(settings.max_concurrency, settings.max_queue, settings.drain_file)
+        self.limits = Limits(
+            max_pixels=settings.max_pixels,
+            max_image_side=settings.max_image_side,
+            max_pages=settings.max_pages,
+            pdf_dpi=settings.pdf_dpi,
+        )
+        self.metrics = Metrics()
+        self.metrics.track(
+            lambda: self.admission.inflight, lambda: self.admission.queued, lambda: self.engine.pages_done
+        )
+        self.metrics.info.labels(VERSION, engine.name, engine.model).set(1)
+        self.preprocess_pool = ThreadPoolExecutor(
+            settings.preprocess_workers, thread_name_prefix="preprocess"
+        )
+        self.status = "loading"  # -> ready | unhealthy
+        self.stopping = False
+
+    def health_status(self) -> str:
+        if self.status == "ready" and (self.stopping or self.admission.draining):
+            return "draining"
+        return self.status
+
+    def fatal(self, reason: str) -> None:
+        self.status = "unhealthy"
+        self.metrics.model_loaded.set(0)
+        log.critical("engine unusable, exiting so the supervisor restarts us: %s", reason)
+        if self.on_fatal is not None:
+            self.on_fatal(reason)
+
+    async def start_engine(self) -> None:
+        started = time.perf_counter()
+        try:
+            await self.engine.load()
+            await self.engine.self_test()
+        except Exception as err:
+            log.exception("engine failed to load")
+            self.fatal(f"{type(err).__name__}: {err}")
+            return
+        self.status = "ready"
+        self.metrics.model_loaded.set(1)
+        log.info(
+            "engine ready",
+            extra={
+                "engine": self.engine.name,
+                "model": self.engine.model,
+                "load_s": round(time.perf_counter() - started, 2),
+            },
+        )
+        systemd.notify("READY=1")
+
+    async def watchdog(self, interval: float) -> None:
+        # Pinged from the event loop itself: a blocked loop or a dead engine stops the pings.
+        while True:
+            if self.status == "ready" and not self.engine.healthy():
+                self.fatal("engine reported unhealthy")
+            if self.status != "unhealthy":
+                systemd.notify("WATCHDOG=1")
+            await asyncio.sleep(interval)
+
+    def reload_keys(self) -> None:
+        if self.keys is not None:
+            self.keys.reload(force=True)
+
+
+def _available_memory_mb() -> int:
+    avail = None
+    with suppress(OSError, ValueError), open("/proc/meminfo") as f:
+        for line in f:
+            if line.startswith("MemAvailable:"):
+                avail = int(line.split()[1]) * 1024
+                break
+    # Inside a systemd unit with MemoryMax=, the cgroup's headroom is what matters.
+    with suppress(OSError, ValueError):
+        cg = Path("/sys/fs/cgroup")
+        limit = (cg / "memory.max").read_text().strip()
+        if limit != "max":
+            room = int(limit) - int((cg / "memory.current").read_text())
+            avail = room if avail is None else min(avail, room)
+    return max(0, (avail or 0) // (1024 * 1024))
+
+
+def _error_response(status: int, code: str, message: str, request_id: str, headers=None) -> JSONResponse:
+    body = ErrorBody(error=ErrorDetail(code=code, message=message, request_id=request_id))
+    return JSONResponse(body.model_dump(), status_code=status, headers=headers)
+
+
+class RequestContext:
+    """Request id, one access-log line, request metrics and last-resort 500s, around every request.
+
+    A plain ASGI middleware: it does not buffer bodies, and it sees errors that escape the routes.
+    """
+
+    def __init__(self, app: ASGIApp, state: AppState):
+        self.app = app
+        self.state = state
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        sent = next((v.decode("latin-1") for k, v in scope["headers"] if k == b"x-request-id"), "")
+        rid = sent if _SANE_REQUEST_ID.match(sent) else uuid.uuid4().hex
+        req_state = scope.setdefault("state", {})
+        req_state["request_id"] = rid
+        token = request_id_var.set(rid)
+        started = time.perf_counter()
+        status = 0
+
+        async def send_with_id(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+                message["headers"] = [*message.get("headers", []), (b"x-request-id", rid.encode())]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_with_id)
+        except Exception:
+            log.exception("unhandled error")
+            if status == 0:
+                status = 500
+                await _error_response(500, "internal_error", "internal server error", rid)(
+                    scope, receive, send_with_id
+                )
+        finally:
+            self._record(scope, req_state, status, time.perf_counter() - started)
+            request_id_var.reset(token)
+
+    def _record(self, scope: Scope, req_state: dict, status: int, seconds: float) -> None:
+        path = scope["path"]
+        if path == "/v1/ocr":
+            self.state.metrics.requests.labels(str(status)).inc()
+            self.state.metrics.request_duration.observe(seconds)
+        access_log.log(
+            logging.DEBUG if path in _PROBE_PATHS else logging.INFO,
+            "request",
+            extra={
+                "caller": req_state.get("caller"),
+                "method": scope["method"],
+                "route": path,
+                "status": status,
+                "duration_ms": round(seconds * 1000, 1),
+                "pages": req_state.get("pages"),
+                "bytes": req_state.get("bytes"),
+                "error": req_state.get("error"),
+            },
+        )
+
+
+def _check_declared_length(request: Request, limit: int) -> None:
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > limit:
+        raise too_large("payload_too_large", f"body of {declared} bytes exceeds {limit} bytes")
+
+
+async def _read_body(request: Request, limit: int) -> bytes:
+    buf = bytearray()
+    async for chunk in request.stream():
+        buf += chunk
+        if len(buf) > limit:  # chunked uploads: stop reading at the limit
+            raise too_large("payload_too_large", f"body exceeds {limit} bytes")
+    return bytes(buf)
+
+
+_OCR_BODY = {
+    "requestBody": {
+        "required": True,
+        "content": {
+            MULTIPART_TYPE: {
+                "schema": {
+                    "type": "object",
+                    "properties": {"file": {"type": "string", "format": "binary"}},
+                    "required": ["file"],
+                }
+            },
+            **{t: {"schema": {"type": "string", "format": "binary"}} for t in SUPPORTED_TYPES},
+        },
+    }
+}
+
+
+def create_app(
+    settings: Settings, engine: Engine | None = None, on_fatal: Callable[[str], None] | None = None
+) -> FastAPI:
+    state = AppState(settings, engine or create_engine(settings), on_fatal)
+    if state.keys is None:
+        log.warning("authentication is DISABLED (auth_disabled: true): any caller can use this service")
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI):
+        loop = asyncio.get_running_loop()
+        with suppress(NotImplementedError, RuntimeError, ValueError):  # not in the main thread
+            loop.add_signal_handler(signal.SIGHUP, state.reload_keys)
+        tasks = [asyncio.create_task(state.start_engine(), name="engine-load")]
+        interval = systemd.watchdog_interval_s()
+        if interval:
+            tasks.append(asyncio.create_task(state.watchdog(interval), name="watchdog"))
+        try:
+            yield
+        finally:
+            systemd.notify("STOPPING=1")
+            for t in tasks:
+                t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            await state.engine.close()
+            state.preprocess_pool.shutdown(wait=False, cancel_futures=True)
+
+    app = FastAPI(
+        title="ocrfleet OCR service",
+        version=VERSION,
+        description="OCR of images and PDFs: LightOnOCR-2-1B (vLLM) on GPU hosts, PP-OCRv6 on CPU hosts.",
+        lifespan=lifespan,
+    )
+    app.state.ocr = state
+    app.add_middleware(RequestContext, state=state)
+
+    @app.exception_handler(ApiError)
+    async def _api_error(request: Request, err: ApiError) -> JSONResponse:
+        request.state.error = err.code
+        state.metrics.rejected.labels(err.code).inc()
+        return _error_response(err.status, err.code, err.message, request.state.request_id, err.headers)
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation_error(request: Request, err: RequestValidationError) -> JSONResponse:
+        first = err.errors()[0] if err.errors() else {}
+        where = ".".join(str(p) for p in first.get("loc", ()))
+        return await _api_error(request, invalid_parameter(f"{where}: {first.get('msg', 'invalid')}"))
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http_error(request: Request, err: StarletteHTTPException) -> JSONResponse:
+        code = {404: "not_found", 405: "method_not_allowed"}.get(err.status_code, "http_error")
+        return _error_response(
+            err.status_code, code, str(err.detail), request.state.request_id, getattr(err, "headers", None)
+        )
+
+    @app.post(
+        "/v1/ocr",
+        response_model=OcrResponse,
+        responses=ERROR_RESPONSES,
+        openapi_extra=_OCR_BODY,
+        summary="OCR an image or a PDF",
+    )
+    async def ocr(
+        request: Request,
+        caller: str = Depends(require_caller),
+        pages: str | None = Query(None, description="PDF/TIFF pages, e.g. 1-3,5", max_length=200),
+    ) -> OcrResponse:
+        started = time.perf_counter()
+        s = state.settings
+        if state.status != "ready":
+            raise not_ready(state.status)
+        media_type = normalise_media_type(request.headers.get("content-type"))
+        if media_type != MULTIPART_TYPE and media_type not in SUPPORTED_TYPES:
+            raise unsupported_media_type(
+                f"unsupported Content-Type {media_type or '(none)'!r}: send multipart/form-data "
+                f"with a 'file' field, or one of {', '.join(SUPPORTED_TYPES)}"
+            )
+        selection = parse_page_selection(pages, s.max_pages)
+        _check_declared_length(request, s.max_upload_bytes)  # refused before a byte of it is read
+
+        cancel = threading.Event()
+        loop = asyncio.get_running_loop()
+        try:
+            async with asyncio.timeout(s.request_timeout_s), state.admission.slot() as queued_s:
+                t_pre = time.perf_counter()
+                body = await _read_body(request, s.max_upload_bytes)
+                request.state.bytes = len(body)
+                if media_type == MULTIPART_TYPE:
+                    body, media_type = extract_multipart_file(body, request.headers["content-type"])
+                media_type = classify(body, media_type)
+                images = await loop.run_in_executor(
+                    state.preprocess_pool, load_pages, body, media_type, selection, state.limits, cancel
+                )
+                del body
+                request.state.pages = len(images)
+                t_inf = time.perf_counter()
+                engine_pages = await state.engine.recognize(images)
+                t_done = time.perf_counter()
+        except TimeoutError:
+            raise timeout(s.request_timeout_s) from None
+        except Cancelled:
+            raise timeout(s.request_timeout_s) from None
+        finally:
+            cancel.set()  # stops a preprocessing thread between pages once we no longer wait for it
+
+        state.metrics.pages.inc(len(images))
+        state.metrics.inference.observe(t_done - t_inf)
+        result_pages = [
+            Page(
+                page=img.number,
+                width=img.width,
+                height=img.height,
+                text=ep.text if ep.text is not None else "\n".join(ln.text for ln in ep.lines),
+                lines=[Line(text=ln.text, bbox=ln.bbox, confidence=ln.confidence) for ln in ep.lines],
+                warnings=ep.warnings,
+            )
+            for img, ep in zip(images, engine_pages, strict=True)
+        ]
+        ms = 1000.0
+        return OcrResponse(
+            request_id=request.state.request_id,
+            engine=state.engine.name,
+            model=state.engine.model,
+            pages=result_pages,
+            timings_ms=Timings(
+                queue=round(queued_s * ms, 2),
+                preprocess=round((t_inf - t_pre) * ms, 2),
+                inference=round((t_done - t_inf) * ms, 2),
+                total=round((time.perf_counter() - started) * ms, 2),
+            ),
+        )
+
+    @app.get("/healthz", response_model=Health, responses={503: {"model": Health}})
+    async def healthz() -> JSONResponse:
+        status = state.health_status()
+        body = Health(
+            status=status,  # type: ignore[arg-type]
+            model_loaded=state.status == "ready",
+            engine=state.engine.name,
+            model=state.engine.model,
+            device=state.engine.device,
+            available_memory_mb=_available_memory_mb(),
+            version=VERSION,
+            inflight=state.admission.inflight,
+            queued=state.admission.queued,
+        )
+        return JSONResponse(body.model_dump(), status_code=200 if status == "ready" else 503)
+
+    @app.get("/livez")
+    async def livez() -> dict[str, str]:
+        return {"status": "alive"}
+
+    @app.get("/metrics", include_in_schema=False)
+    async def metrics() -> Response:
+        return Response(generate_latest(state.metrics.registry), media_type=CONTENT_TYPE_LATEST)
+
+    return app

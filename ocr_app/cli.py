@@ -1,0 +1,276 @@
+"""ocr-app: serve | check | keys | manifest | verify | ocr."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import hashlib
+import json
+import logging
+import math
+import os
+import sys
+from pathlib import Path
+
+from . import __version__
+from .config import ConfigError, Settings, load_settings
+
+log = logging.getLogger("ocr_app.cli")
+
+
+def _settings(args: argparse.Namespace, **overrides: object) -> Settings:
+    return load_settings(args.config, **{k: v for k, v in overrides.items() if v is not None})
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from .api import create_app
+    from .logs import setup_logging
+
+    settings = _settings(args, host=args.host, port=args.port)
+    setup_logging(settings.log_level)
+    fatal: list[str] = []
+
+    class Server(uvicorn.Server):
+        def handle_exit(self, sig, frame):  # type: ignore[override]
+            app.state.ocr.stopping = True  # /healthz says draining while in-flight work finishes
+            super().handle_exit(sig, frame)
+            # uvicorn re-raises the signal after a graceful stop; a clean stop exits 0 instead.
+            self._captured_signals.clear()
+
+    def on_fatal(reason: str) -> None:
+        fatal.append(reason)
+        server.should_exit = True
+
+    app = create_app(settings, on_fatal=on_fatal)
+    server = Server(
+        uvicorn.Config(
+            app,
+            host=settings.host,
+            port=settings.port,
+            log_config=None,
+            access_log=False,
+            proxy_headers=False,
+            server_header=False,
+            timeout_graceful_shutdown=math.ceil(settings.shutdown_grace_s),
+            timeout_keep_alive=75,  # longer than nginx's upstream keepalive_timeout (60 s)
+        )
+    )
+    log.info(
+        "starting",
+        extra={
+            "version": __version__,
+            "host": settings.host,
+            "port": settings.port,
+            "engine": settings.engine,
+        },
+    )
+    server.run()
+    if fatal:
+        return 1
+    return 0
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    """Validate the configuration, load the engine and OCR the built-in sample."""
+    from .auth import KeyStore
+    from .engines import create_engine
+
+    settings = _settings(args)
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    if settings.api_keys_file is not None:
+        keys = KeyStore(settings.api_keys_file)
+        print(f"api keys: {len(keys)} in {settings.api_keys_file}")
+    engine = create_engine(settings)
+
+    async def run() -> None:
+        try:
+            await engine.load()
+            await engine.self_test()
+        finally:
+            await engine.close()
+
+    asyncio.run(run())
+    print(f"ok: engine {engine.name} ({engine.model}) on {engine.device} passed its self-test")
+    return 0
+
+
+def cmd_keys(args: argparse.Namespace) -> int:
+    from .auth import add_key, parse_key_file, remove_key
+
+    path = Path(args.file)
+    if args.keys_cmd == "add":
+        key = add_key(path, args.name)
+        print(f"added key {args.name!r} to {path}; it is shown once, store it now:", file=sys.stderr)
+        print(key)
+    elif args.keys_cmd == "remove":
+        remove_key(path, args.name)
+        print(f"removed key {args.name!r} from {path}")
+    else:
+        for name, _ in parse_key_file(path.read_text(), str(path)):
+            print(name)
+    return 0
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        while chunk := f.read(1 << 20):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def build_manifest(root: Path) -> dict:
+    files = []
+    for p in sorted(q for q in root.rglob("*") if q.is_file() and not q.is_symlink()):
+        files.append({"path": p.relative_to(root).as_posix(), "size": p.stat().st_size, "sha256": _sha256(p)})
+    return {"files": files}
+
+
+def cmd_manifest(args: argparse.Namespace) -> int:
+    root = Path(args.dir)
+    if not root.is_dir():
+        raise ConfigError(f"{root} is not a directory")
+    text = json.dumps(build_manifest(root), indent=2) + "\n"
+    if args.output:
+        Path(args.output).write_text(text)
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
+def verify_manifest(root: Path, manifest: dict) -> list[str]:
+    """Problems found, one per file; empty when every listed file matches."""
+    problems = []
+    for entry in manifest["files"]:
+        rel = entry["path"]
+        p = root / rel
+        if Path(rel).is_absolute() or ".." in Path(rel).parts:
+            problems.append(f"{rel}: path escapes the model directory")
+        elif not p.is_file():
+            problems.append(f"{rel}: missing")
+        elif p.stat().st_size != entry["size"]:
+            problems.append(f"{rel}: size {p.stat().st_size}, expected {entry['size']}")
+        elif _sha256(p) != entry["sha256"]:
+            problems.append(f"{rel}: sha256 mismatch")
+    return problems
+
+
+def cmd_verify(args: argparse.Namespace) -> int:
+    try:
+        manifest = json.loads(Path(args.manifest).read_text())
+        assert isinstance(manifest.get("files"), list)
+    except (OSError, ValueError, AssertionError) as err:
+        raise ConfigError(f"cannot read manifest {args.manifest}: {err or 'no files list'}") from None
+    problems = verify_manifest(Path(args.dir), manifest)
+    for p in problems:
+        print(p, file=sys.stderr)
+    if problems:
+        print(f"FAILED: {len(problems)} of {len(manifest['files'])} files do not match", file=sys.stderr)
+        return 1
+    print(f"ok: {len(manifest['files'])} files match")
+    return 0
+
+
+def cmd_ocr(args: argparse.Namespace) -> int:
+    import httpx
+
+    from .documents import sniff
+
+    data = Path(args.file).read_bytes()
+    headers = {"Content-Type": sniff(data) or "application/octet-stream"}
+    key = args.key or os.environ.get("OCR_APP_KEY")
+    if key:
+        headers["Authorization"] = f"Bearer {key}"
+    params = {"pages": args.pages} if args.pages else None
+    verify: bool | str = args.cacert or not args.insecure
+    with httpx.Client(base_url=args.url, verify=verify, timeout=args.timeout) as client:
+        resp = client.post("/v1/ocr", content=data, headers=headers, params=params)
+    try:
+        body = resp.json()
+    except ValueError:
+        print(f"error: HTTP {resp.status_code}: {resp.text[:200]}", file=sys.stderr)
+        return 1
+    if resp.status_code != 200:
+        err = body.get("error", {})
+        print(f"error: HTTP {resp.status_code} {err.get('code')}: {err.get('message')}", file=sys.stderr)
+        return 1
+    if args.json:
+        print(json.dumps(body, indent=2, ensure_ascii=False))
+    else:
+        for page in body["pages"]:
+            if len(body["pages"]) > 1:
+                print(f"--- page {page['page']} ---")
+            print(page["text"])
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="ocr-app", description=__doc__)
+    p.add_argument("--version", action="version", version=f"ocr-app {__version__}")
+    sub = p.add_subparsers(dest="cmd", required=True)
+
+    def with_config(sp: argparse.ArgumentParser) -> argparse.ArgumentParser:
+        sp.add_argument("--config", "-c", help="YAML settings file (env OCR_APP_CONFIG); env OCR_APP_* wins")
+        return sp
+
+    s = with_config(sub.add_parser("serve", help="run the HTTP service"))
+    s.add_argument("--host")
+    s.add_argument("--port", type=int)
+    s.set_defaults(func=cmd_serve)
+
+    s = with_config(sub.add_parser("check", help="validate config, load the engine, OCR a built-in sample"))
+    s.set_defaults(func=cmd_check)
+
+    keys = sub.add_parser("keys", help="manage API keys (stored as sha256 hashes)")
+    ksub = keys.add_subparsers(dest="keys_cmd", required=True)
+    for name, helptext in (("add", "add a new random key; prints it as the last line"), ("remove", "remove")):
+        k = ksub.add_parser(name, help=helptext)
+        k.add_argument("name")
+        k.add_argument("--file", "-f", required=True)
+    ksub.add_parser("list", help="list key names").add_argument("--file", "-f", required=True)
+    keys.set_defaults(func=cmd_keys)
+
+    s = sub.add_parser("manifest", help="sha256 manifest of a model directory, as JSON")
+    s.add_argument("dir")
+    s.add_argument("--output", "-o")
+    s.set_defaults(func=cmd_manifest)
+
+    s = sub.add_parser("verify", help="check a model directory against a manifest")
+    s.add_argument("dir")
+    s.add_argument("manifest")
+    s.set_defaults(func=cmd_verify)
+
+    s = sub.add_parser("ocr", help="OCR a file through a running service")
+    s.add_argument("file")
+    s.add_argument("--url", default=os.environ.get("OCR_APP_URL", "http://127.0.0.1:8000"))
+    s.add_argument("--key", help="API key (default: env OCR_APP_KEY)")
+    s.add_argument("--pages", help="PDF/TIFF pages, e.g. 1-3,5")
+    s.add_argument("--json", action="store_true", help="print the whole JSON response")
+    s.add_argument("--cacert", help="CA bundle to verify the server's certificate")
+    s.add_argument("--insecure", action="store_true", help="do not verify TLS certificates")
+    s.add_argument("--timeout", type=float, default=120.0)
+    s.set_defaults(func=cmd_ocr)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except ConfigError as err:
+        print(f"ocr-app: {err}", file=sys.stderr)
+        return 2
+    except Exception as err:
+        from .auth import KeyFileError
+        from .engines import EngineError
+
+        if isinstance(err, (KeyFileError, EngineError, OSError)):
+            print(f"ocr-app: {err}", file=sys.stderr)
+            return 1
+        raise
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,118 @@
+"""Settings: a YAML file overridden by OCR_APP_* environment variables, validated once at start."""
+
+from __future__ import annotations
+
+import os
+from contextvars import ContextVar
+from pathlib import Path
+from typing import Literal
+
+import yaml
+from pydantic import Field, ValidationError, model_validator
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    YamlConfigSettingsSource,
+)
+
+MiB = 1024 * 1024
+
+# The YAML file to read for the next Settings() call; set by load_settings().
+_config_file: ContextVar[Path | None] = ContextVar("ocr_app_config_file", default=None)
+
+
+class ConfigError(Exception):
+    """Configuration that cannot run; the message names each offending key."""
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="OCR_APP_", extra="forbid", validate_default=True)
+
+    # Network
+    host: str = "127.0.0.1"
+    port: int = Field(8000, ge=1, le=65535)
+
+    # Engine
+    engine: Literal["auto", "rapidocr", "vllm"] = "auto"
+    model_path: Path | None = None
+    rapidocr_use_cls: bool = False
+    rapidocr_workers: int = Field(default_factory=lambda: os.cpu_count() or 1, ge=1, le=64)
+    rapidocr_threads: int = Field(1, ge=1, le=64)
+    # RapidOCR's default ("min", 736) upscales a 1400x200 strip to 5000x736 before detection:
+    # 25x slower at equal accuracy on our documents. "max" detects pages at their own size.
+    rapidocr_det_limit_type: Literal["max", "min"] = "max"
+    rapidocr_det_limit_side: int = Field(1536, ge=32, le=4096)
+
+    # Auth
+    api_keys_file: Path | None = None
+    auth_disabled: bool = False
+
+    # Limits that protect the host
+    max_upload_bytes: int = Field(20 * MiB, ge=1024)
+    max_pixels: int = Field(50_000_000, ge=10_000)
+    max_image_side: int = Field(1540, ge=64, le=10_000)
+    max_pages: int = Field(50, ge=1, le=10_000)
+    pdf_dpi: int = Field(200, ge=36, le=600)
+    request_timeout_s: float = Field(30.0, gt=0)
+    max_concurrency: int = Field(2, ge=1, le=1024)
+    max_queue: int = Field(16, ge=0, le=100_000)
+    preprocess_workers: int = Field(default_factory=lambda: os.cpu_count() or 1, ge=1, le=64)
+
+    # Lifecycle
+    drain_file: Path | None = Path("/run/ocr-app/drain")
+    shutdown_grace_s: float = Field(30.0, ge=0)
+    log_level: Literal["debug", "info", "warning", "error"] = "info"
+
+    @model_validator(mode="after")
+    def _auth_is_explicit(self) -> Settings:
+        if self.api_keys_file is None and not self.auth_disabled:
+            raise ValueError(
+                "api_keys_file is required (set auth_disabled: true to run without authentication)"
+            )
+        return self
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        sources: list[PydanticBaseSettingsSource] = [init_settings, env_settings]
+        path = _config_file.get()
+        if path is not None:
+            sources.append(YamlConfigSettingsSource(settings_cls, yaml_file=path))
+        return tuple(sources)
+
+
+def _describe(err: ValidationError) -> str:
+    lines = []
+    for e in err.errors():
+        key = ".".join(str(p) for p in e["loc"]) or "(settings)"
+        msg = e["msg"].removeprefix("Value error, ")
+        if e["type"] == "extra_forbidden":
+            msg = "unknown setting"
+        hint = f" (env OCR_APP_{key.upper()})" if e["loc"] else ""
+        lines.append(f"  {key}: {msg}{hint}")
+    return "invalid configuration:\n" + "\n".join(lines)
+
+
+def load_settings(config_file: Path | str | None = None, **overrides: object) -> Settings:
+    """Build Settings from (in rising priority) defaults, the YAML file, env vars, overrides."""
+    if config_file is None and os.environ.get("OCR_APP_CONFIG"):
+        config_file = os.environ["OCR_APP_CONFIG"]
+    path = Path(config_file) if config_file else None
+    if path is not None and not path.is_file():
+        raise ConfigError(f"invalid configuration: config file {path} does not exist")
+    token = _config_file.set(path)
+    try:
+        return Settings(**overrides)  # type: ignore[arg-type]
+    except ValidationError as err:
+        raise ConfigError(_describe(err)) from None
+    except (OSError, ValueError, yaml.YAMLError) as err:  # unreadable or malformed YAML
+        raise ConfigError(f"invalid configuration: {path}: {err}") from None
+    finally:
+        _config_file.reset(token)

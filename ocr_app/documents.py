@@ -1,0 +1,297 @@
+"""Upload -> pages: type sniffing, byte/pixel/page limits, EXIF, resize, PDF and TIFF pages.
+
+Everything here is CPU-bound and runs in a worker thread, never on the event loop. Documents live in
+memory only. Limits are enforced from headers before any full decode, so a decompression bomb costs
+a header read.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from dataclasses import dataclass
+from io import BytesIO
+
+import pypdfium2 as pdfium
+from PIL import Image, ImageOps, UnidentifiedImageError
+from python_multipart.multipart import MultipartParser, parse_options_header
+
+from .results import ApiError, invalid_image, invalid_parameter, too_large, unsupported_media_type
+
+RASTER_TYPES = {
+    "image/png": "PNG",
+    "image/jpeg": "JPEG",
+    "image/webp": "WEBP",
+    "image/tiff": "TIFF",
+    "image/bmp": "BMP",
+}
+PDF_TYPE = "application/pdf"
+SUPPORTED_TYPES = (*RASTER_TYPES, PDF_TYPE)
+MULTIPART_TYPE = "multipart/form-data"
+
+# Our max_pixels check runs on every frame's header before any decode; Pillow's own global bomb
+# limit would refuse with a less precise message and ignore a max_pixels set above it.
+Image.MAX_IMAGE_PIXELS = None
+
+# PDFium is not thread-safe: one document operation at a time in this process.
+_PDFIUM_LOCK = threading.Lock()
+
+_EXIF_ORIENTATION = 0x0112
+_SELECTION_RE = re.compile(r"^\s*\d+\s*(-\s*\d+\s*)?(,\s*\d+\s*(-\s*\d+\s*)?)*$")
+
+
+class Cancelled(Exception):
+    """The request's deadline passed or its client left; stop working on it."""
+
+
+@dataclass(frozen=True)
+class Limits:
+    max_pixels: int
+    max_image_side: int
+    max_pages: int
+    pdf_dpi: int
+
+
+@dataclass
+class PageImage:
+    number: int  # 1-based page or frame number in the document
+    image: Image.Image  # RGB, longest side <= max_image_side
+    width: int  # the page as sent (after EXIF orientation); PDF pages at pdf_dpi
+    height: int
+
+
+def normalise_media_type(header: str | None) -> str:
+    return (header or "").split(";", 1)[0].strip().lower()
+
+
+def parse_page_selection(spec: str | None, max_pages: int) -> list[int] | None:
+    """`1-3,5` -> [1, 2, 3, 5]; None selects every page."""
+    if spec is None:
+        return None
+    if not _SELECTION_RE.match(spec):
+        raise invalid_parameter(f"pages must look like '1-3,5', got {spec[:40]!r}")
+    pages: set[int] = set()
+    for part in spec.split(","):
+        lo, _, hi = part.partition("-")
+        first, last = int(lo), int(hi or lo)
+        if first < 1 or last < first:
+            raise invalid_parameter(f"invalid page range {part.strip()!r}: pages start at 1")
+        if last - first + 1 > max_pages or len(pages) > max_pages:
+            raise too_large("too_many_pages", f"at most {max_pages} pages per request")
+        pages.update(range(first, last + 1))
+    if len(pages) > max_pages:
+        raise too_large("too_many_pages", f"at most {max_pages} pages per request")
+    return sorted(pages)
+
+
+def sniff(data: bytes) -> str | None:
+    """The media type from the document's magic bytes; clients' Content-Types are often wrong."""
+    head = data[:16]
+    if head.startswith(b"\x89PNG\r\n\x1a\n"):
+        return "image/png"
+    if head.startswith(b"\xff\xd8\xff"):
+        return "image/jpeg"
+    if head[:4] == b"RIFF" and head[8:12] == b"WEBP":
+        return "image/webp"
+    if head[:4] in (b"II*\x00", b"MM\x00*", b"II+\x00", b"MM\x00+"):
+        return "image/tiff"
+    if head.startswith(b"BM"):
+        return "image/bmp"
+    if b"%PDF-" in data[:1024]:
+        return PDF_TYPE
+    return None
+
+
+def classify(data: bytes, declared: str) -> str:
+    if not data:
+        raise invalid_image("empty document")
+    found = sniff(data)
+    if found:
+        return found
+    if declared in SUPPORTED_TYPES or declared in ("", "application/octet-stream"):
+        raise invalid_image("not a PNG, JPEG, WebP, TIFF, BMP or PDF document")
+    raise unsupported_media_type(f"unsupported media type {declared!r}")
+
+
+def extract_multipart_file(body: bytes, content_type: str) -> tuple[bytes, str]:
+    """The `file` field of a multipart/form-data body, parsed in memory (never spooled to disk)."""
+    _, params = parse_options_header(content_type)
+    boundary = params.get(b"boundary")
+    if not boundary:
+        raise invalid_parameter("multipart/form-data without a boundary")
+
+    parts: list[dict] = []
+    current: dict = {}
+    field: list[bytes] = []
+    value: list[bytes] = []
+
+    def on_part_begin() -> None:
+        current.clear()
+        current.update(headers={}, data=[])
+
+    def on_header_end() -> None:
+        current["headers"][b"".join(field).lower()] = b"".join(value)
+        field.clear()
+        value.clear()
+
+    def on_part_end() -> None:
+        parts.append(dict(current))
+
+    parser = MultipartParser(
+        boundary,
+        callbacks={
+            "on_part_begin": on_part_begin,
+            "on_part_data": lambda d, s, e: current["data"].append(d[s:e]),
+            "on_part_end": on_part_end,
+            "on_header_field": lambda d, s, e: field.append(d[s:e]),
+            "on_header_value": lambda d, s, e: value.append(d[s:e]),
+            "on_header_end": on_header_end,
+        },
+    )
+    try:
+        parser.write(body)
+        parser.finalize()
+    except Exception as err:  # python-multipart raises several error types for bad framing
+        raise invalid_parameter(f"malformed multipart body: {err}") from None
+    for part in parts:
+        _, disp = parse_options_header(part["headers"].get(b"content-disposition", b""))
+        if disp.get(b"name") == b"file":
+            ctype = normalise_media_type(part["headers"].get(b"content-type", b"").decode("latin-1"))
+            return b"".join(part["data"]), ctype
+    raise invalid_parameter("multipart body has no 'file' field")
+
+
+def load_pages(
+    data: bytes,
+    media_type: str,
+    selection: list[int] | None,
+    limits: Limits,
+    cancel: threading.Event | None = None,
+) -> list[PageImage]:
+    if media_type == PDF_TYPE:
+        return _pdf_pages(data, selection, limits, cancel)
+    return _raster_pages(data, selection, limits, cancel)
+
+
+def _select(selection: list[int] | None, count: int, limits: Limits) -> list[int]:
+    numbers = selection or list(range(1, count + 1))
+    if numbers[-1] > count:
+        raise invalid_parameter(f"page {numbers[-1]} is out of range: the document has {count} page(s)")
+    if len(numbers) > limits.max_pages:
+        raise too_large("too_many_pages", f"the document has {count} pages; at most {limits.max_pages}")
+    return numbers
+
+
+def _check_cancel(cancel: threading.Event | None) -> None:
+    if cancel is not None and cancel.is_set():
+        raise Cancelled
+
+
+def _pdf_pages(
+    data: bytes, selection: list[int] | None, limits: Limits, cancel: threading.Event | None
+) -> list[PageImage]:
+    out = []
+    with _PDFIUM_LOCK:
+        try:
+            pdf = pdfium.PdfDocument(data)
+        except pdfium.PdfiumError as err:
+            raise invalid_image(f"cannot open PDF: {err}") from None
+        try:
+            for number in _select(selection, len(pdf), limits):
+                _check_cancel(cancel)
+                page = pdf[number - 1]
+                try:
+                    w_pt, h_pt = page.get_size()
+                    # Render at pdf_dpi, but never beyond max_image_side: a poster-sized page must
+                    # not allocate a poster-sized bitmap.
+                    full = limits.pdf_dpi / 72.0
+                    scale = min(full, limits.max_image_side / max(w_pt, h_pt, 1.0))
+                    image = page.render(scale=scale, may_draw_forms=True).to_pil().convert("RGB")
+                except pdfium.PdfiumError as err:
+                    raise invalid_image(f"cannot render PDF page {number}: {err}") from None
+                finally:
+                    page.close()
+                ratio = full / scale
+                out.append(PageImage(number, image, round(image.width * ratio), round(image.height * ratio)))
+        finally:
+            pdf.close()
+    return out
+
+
+def _raster_pages(
+    data: bytes, selection: list[int] | None, limits: Limits, cancel: threading.Event | None
+) -> list[PageImage]:
+    try:
+        im = Image.open(BytesIO(data), formats=list(RASTER_TYPES.values()))
+    except Image.DecompressionBombError as err:
+        raise too_large("image_too_large", str(err)) from None
+    except (UnidentifiedImageError, OSError, SyntaxError, ValueError) as err:
+        raise invalid_image(f"cannot decode image: {err}") from None
+    # Only TIFF is a multi-page document format; an animated WebP/PNG counts as its first frame.
+    count = getattr(im, "n_frames", 1) if im.format == "TIFF" else 1
+    out = []
+    for number in _select(selection, count, limits):
+        _check_cancel(cancel)
+        if count > 1:
+            im.seek(number - 1)
+        out.append(_prepare_frame(im, number, limits))
+    return out
+
+
+def _prepare_frame(im: Image.Image, number: int, limits: Limits) -> PageImage:
+    raw_w, raw_h = im.size
+    if raw_w * raw_h > limits.max_pixels:
+        raise too_large(
+            "image_too_large",
+            f"page {number} is {raw_w}x{raw_h} = {raw_w * raw_h} pixels; at most {limits.max_pixels}",
+        )
+    try:
+        orientation = im.getexif().get(_EXIF_ORIENTATION, 1)
+        longest = max(raw_w, raw_h)
+        if im.format == "JPEG" and longest > limits.max_image_side:
+            # Decode at 1/2, 1/4 or 1/8 scale straight from the DCT: a 12 MP photo costs a 3 MP decode.
+            f = limits.max_image_side / longest
+            im.draft("RGB", (max(1, round(raw_w * f)), max(1, round(raw_h * f))))
+        im.load()
+        if orientation != 1:
+            im = ImageOps.exif_transpose(im)
+        rgb = _to_rgb(im)
+    except Image.DecompressionBombError as err:
+        raise too_large("image_too_large", str(err)) from None
+    except (OSError, SyntaxError, ValueError, EOFError) as err:
+        raise invalid_image(f"cannot decode image page {number}: {err}") from None
+    width, height = (raw_h, raw_w) if orientation in (5, 6, 7, 8) else (raw_w, raw_h)
+    if max(rgb.size) > limits.max_image_side:
+        f = limits.max_image_side / max(rgb.size)
+        size = (max(1, round(rgb.width * f)), max(1, round(rgb.height * f)))
+        rgb = rgb.resize(size, Image.Resampling.LANCZOS, reducing_gap=3.0)
+    return PageImage(number, rgb, width, height)
+
+
+def _to_rgb(im: Image.Image) -> Image.Image:
+    if im.mode in ("RGBA", "LA", "PA") or (im.mode == "P" and "transparency" in im.info):
+        # Transparent pixels are often black: put the page on white paper, as a viewer would.
+        rgba = im.convert("RGBA")
+        page = Image.new("RGB", rgba.size, "white")
+        page.paste(rgba, mask=rgba.getchannel("A"))
+        return page
+    if im.mode in ("I;16", "I;16B", "I;16L", "I"):
+        im = im.convert("I").point(lambda v: v * (1 / 256)).convert("L")
+    elif im.mode == "F":
+        im = im.convert("L")
+    return im if im.mode == "RGB" else im.convert("RGB")
+
+
+__all__ = [
+    "MULTIPART_TYPE",
+    "SUPPORTED_TYPES",
+    "ApiError",
+    "Cancelled",
+    "Limits",
+    "PageImage",
+    "classify",
+    "extract_multipart_file",
+    "load_pages",
+    "normalise_media_type",
+    "parse_page_selection",
+]

@@ -1,0 +1,47 @@
+"""Engine selection: `auto` takes the GPU engine where a GPU, vLLM and a model are present."""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+from pathlib import Path
+
+from ..config import Settings
+from .base import Engine, EngineError, EngineLine, EnginePage
+
+log = logging.getLogger("ocr_app.engines")
+
+__all__ = ["Engine", "EngineError", "EngineLine", "EnginePage", "create_engine", "resolve_engine_name"]
+
+
+def _cuda_gpu_present() -> bool:
+    # The driver's device nodes: cheap, and no CUDA import in the CPU build.
+    return Path("/dev/nvidia0").exists() or Path("/proc/driver/nvidia/gpus").is_dir()
+
+
+def resolve_engine_name(settings: Settings) -> str:
+    if settings.engine != "auto":
+        return settings.engine
+    if (
+        _cuda_gpu_present()
+        and importlib.util.find_spec("vllm") is not None
+        and settings.model_path is not None
+        and settings.model_path.is_dir()
+    ):
+        return "vllm"
+    return "rapidocr"
+
+
+def create_engine(settings: Settings) -> Engine:
+    name = resolve_engine_name(settings)
+    if name == "rapidocr":
+        from .rapidocr import RapidOcrEngine
+
+        return RapidOcrEngine(
+            workers=settings.rapidocr_workers,
+            threads=settings.rapidocr_threads,
+            use_cls=settings.rapidocr_use_cls,
+            det_limit_type=settings.rapidocr_det_limit_type,
+            det_limit_side=settings.rapidocr_det_limit_side,
+        )
+    raise EngineError(f"engine {name!r} is not available in this release")

@@ -1,0 +1,72 @@
+"""The engine interface every OCR backend implements, and the sample page engines test themselves on."""
+
+from __future__ import annotations
+
+import abc
+import threading
+from dataclasses import dataclass, field
+
+from PIL import Image, ImageDraw, ImageFont
+
+from ..documents import PageImage
+
+SELF_TEST_TEXT = "OCR self-test 2048"
+
+
+@dataclass
+class EngineLine:
+    text: str
+    bbox: tuple[float, float, float, float] | None  # normalised 0-1 to the page image
+    confidence: float
+
+
+@dataclass
+class EnginePage:
+    lines: list[EngineLine]
+    text: str | None = None  # defaults to the lines joined; a VLM returns its own Markdown
+    warnings: list[str] = field(default_factory=list)
+
+
+class EngineError(Exception):
+    """The engine cannot serve (failed load, failed self-test, died)."""
+
+
+class Engine(abc.ABC):
+    name: str
+    model: str = "unknown"
+    device: str = "cpu"
+    pages_done: int = 0  # pages the engine actually ran, including those of abandoned requests
+    _count_lock = threading.Lock()
+
+    def _page_done(self) -> None:
+        with self._count_lock:
+            self.pages_done += 1
+
+    @abc.abstractmethod
+    async def load(self) -> None:
+        """Load models; called once, off the request path, before the service reports ready."""
+
+    async def self_test(self) -> None:
+        """Recognise the built-in sample; raise EngineError unless its text comes back."""
+        [page] = await self.recognize([sample_page()])
+        got = " ".join(line.text for line in page.lines) if page.lines else (page.text or "")
+        if "2048" not in got:
+            raise EngineError(f"self-test failed: expected {SELF_TEST_TEXT!r}, got {got[:80]!r}")
+
+    @abc.abstractmethod
+    async def recognize(self, pages: list[PageImage]) -> list[EnginePage]:
+        """OCR preprocessed pages. Cancelling the awaiting task abandons pages not yet started."""
+
+    def healthy(self) -> bool:
+        return True
+
+    async def close(self) -> None:  # noqa: B027 - engines without resources need nothing here
+        pass
+
+
+def sample_page() -> PageImage:
+    """A rendered line of text; Pillow bundles the font, so this needs nothing from the host."""
+    font = ImageFont.load_default(size=40)
+    image = Image.new("RGB", (640, 120), "white")
+    ImageDraw.Draw(image).text((30, 35), SELF_TEST_TEXT, fill="black", font=font)
+    return PageImage(1, image, image.width, image.height)

@@ -1,0 +1,122 @@
+"""The API contract: pydantic models of every response body, and the errors the API returns."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+
+class Line(BaseModel):
+    text: str
+    bbox: tuple[float, float, float, float] | None = Field(
+        description="[x0, y0, x1, y1] normalised 0-1 to the page as sent (after EXIF orientation); "
+        "null when the engine cannot localise the line"
+    )
+    confidence: float = Field(ge=0.0, le=1.0)
+
+
+class Page(BaseModel):
+    page: int = Field(ge=1, description="1-based page (or TIFF frame) number in the document")
+    width: int = Field(description="pixels of the page as sent; PDF pages at pdf_dpi")
+    height: int
+    text: str = Field(description="all lines, in reading order, joined by newlines")
+    lines: list[Line]
+    warnings: list[str] = Field(default_factory=list)
+
+
+class Timings(BaseModel):
+    queue: float
+    preprocess: float
+    inference: float
+    total: float
+
+
+class OcrResponse(BaseModel):
+    request_id: str
+    engine: str
+    model: str
+    pages: list[Page]
+    timings_ms: Timings
+
+
+class Health(BaseModel):
+    status: Literal["ready", "loading", "draining", "unhealthy"]
+    model_loaded: bool
+    engine: str
+    model: str
+    device: str
+    available_memory_mb: int
+    version: str
+    inflight: int
+    queued: int
+
+
+class ErrorDetail(BaseModel):
+    code: str
+    message: str
+    request_id: str
+
+
+class ErrorBody(BaseModel):
+    error: ErrorDetail
+
+
+class ApiError(Exception):
+    """An error with its HTTP status and stable machine-readable code."""
+
+    def __init__(self, status: int, code: str, message: str, headers: dict[str, str] | None = None):
+        super().__init__(message)
+        self.status = status
+        self.code = code
+        self.message = message
+        self.headers = headers or {}
+
+
+def unauthorized(message: str) -> ApiError:
+    return ApiError(401, "unauthorized", message, {"WWW-Authenticate": 'Bearer realm="ocr"'})
+
+
+def invalid_image(message: str) -> ApiError:
+    return ApiError(400, "invalid_image", message)
+
+
+def invalid_parameter(message: str) -> ApiError:
+    return ApiError(422, "invalid_parameter", message)
+
+
+def too_large(code: str, message: str) -> ApiError:
+    return ApiError(413, code, message)
+
+
+def unsupported_media_type(message: str) -> ApiError:
+    return ApiError(415, "unsupported_media_type", message)
+
+
+def overloaded(retry_after_s: int) -> ApiError:
+    return ApiError(
+        503, "overloaded", "server is at capacity; retry later", {"Retry-After": str(retry_after_s)}
+    )
+
+
+def not_ready(status: str) -> ApiError:
+    return ApiError(503, "not_ready", f"engine is not ready ({status})", {"Retry-After": "5"})
+
+
+def timeout(seconds: float) -> ApiError:
+    return ApiError(504, "timeout", f"request did not finish within {seconds:g} s and was cancelled")
+
+
+# Documented in OpenAPI for /v1/ocr.
+ERROR_RESPONSES: dict[int | str, dict] = {
+    s: {"model": ErrorBody, "description": d}
+    for s, d in {
+        400: "invalid_image: undecodable or truncated document",
+        401: "unauthorized: missing or wrong API key",
+        413: "payload_too_large, image_too_large or too_many_pages",
+        415: "unsupported_media_type",
+        422: "invalid_parameter",
+        503: "overloaded (with Retry-After) or not_ready",
+        504: "timeout: the request deadline passed; the work was cancelled",
+    }.items()
+}

@@ -1,0 +1,20 @@
+from __future__ import annotations
+
+import pytest
+
+from .docs import CJK_FONT, LATIN_FONT
+from .server import Server
+
+
+def pytest_sessionstart(session):
+    missing = [str(f) for f in (LATIN_FONT, CJK_FONT) if not f.exists()]
+    if missing:
+        raise pytest.UsageError(f"test fonts missing: {missing}; run `make test` (it installs them)")
+
+
+@pytest.fixture(scope="session")
+def server(tmp_path_factory) -> Server:
+    """The app as operators run it, with the real rapidocr engine; shared by the contract tests."""
+    srv = Server(tmp_path_factory.mktemp("server"), rapidocr_workers=2, max_concurrency=2).start()
+    yield srv
+    assert srv.stop() == 0, srv.logs()[-2000:]

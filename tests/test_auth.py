@@ -1,0 +1,61 @@
+from __future__ import annotations
+
+import os
+import subprocess
+
+import pytest
+
+from ocr_app.auth import KeyFileError, KeyStore, add_key, hash_key, parse_key_file, remove_key
+
+from .server import OCR_APP
+
+
+def test_keys_add_prints_key_last_and_stores_only_its_hash(tmp_path):
+    f = tmp_path / "keys"
+    r = subprocess.run(
+        [OCR_APP, "keys", "add", "alice", "--file", str(f)], capture_output=True, text=True, check=True
+    )
+    key = r.stdout.strip().splitlines()[-1]
+    assert key.startswith("ocr_") and len(key) > 40
+    assert f.read_text() == f"alice:{hash_key(key)}\n"
+    assert key not in f.read_text()
+    assert os.stat(f).st_mode & 0o777 == 0o640
+    r = subprocess.run([OCR_APP, "keys", "add", "alice", "--file", str(f)], capture_output=True, text=True)
+    assert r.returncode != 0 and "already exists" in r.stderr
+
+
+def test_store_authenticates_and_follows_file_changes(tmp_path):
+    f = tmp_path / "keys"
+    k1 = add_key(f, "one")
+    store = KeyStore(f)
+    assert store.authenticate(k1) == "one"
+    assert store.authenticate(k1 + "x") is None
+    k2 = add_key(f, "two")
+    assert store.authenticate(k2) == "two"
+    remove_key(f, "one")
+    assert store.authenticate(k1) is None
+
+
+def test_broken_edit_keeps_last_good_keys(tmp_path):
+    f = tmp_path / "keys"
+    k1 = add_key(f, "one")
+    store = KeyStore(f)
+    f.write_text("garbage line without hash\n")
+    assert store.authenticate(k1) == "one"
+
+
+@pytest.mark.parametrize(
+    "text", ["a:zz\n", "no-colon\n", f"a:{'0' * 64}\na:{'1' * 64}\n", f"bad name:{'0' * 64}\n"]
+)
+def test_malformed_key_files_are_refused(text):
+    with pytest.raises(KeyFileError):
+        parse_key_file(text)
+
+
+def test_comments_and_blank_lines(tmp_path):
+    assert parse_key_file(f"# ops team\n\nops:{'a' * 64}\n") == [("ops", bytes.fromhex("a" * 64))]
+
+
+def test_missing_key_file_fails_at_start(tmp_path):
+    with pytest.raises(KeyFileError):
+        KeyStore(tmp_path / "absent")

@@ -1,0 +1,63 @@
+"""Settings: YAML file, OCR_APP_* overrides, and clear refusals that name the key."""
+
+from __future__ import annotations
+
+import subprocess
+
+import pytest
+
+from ocr_app.config import ConfigError, load_settings
+
+from .server import OCR_APP
+
+
+def test_yaml_then_env_override(tmp_path, monkeypatch):
+    cfg = tmp_path / "c.yml"
+    cfg.write_text("port: 9001\nmax_pages: 7\nauth_disabled: true\n")
+    monkeypatch.setenv("OCR_APP_MAX_PAGES", "9")
+    s = load_settings(cfg)
+    assert (s.port, s.max_pages, s.max_upload_bytes, s.max_image_side, s.pdf_dpi) == (
+        9001,
+        9,
+        20 << 20,
+        1540,
+        200,
+    )
+    assert (s.max_pixels, s.request_timeout_s, s.engine) == (50_000_000, 30.0, "auto")
+
+
+@pytest.mark.parametrize(
+    ("yaml_text", "needle"),
+    [
+        ("max_pages: 0\nauth_disabled: true\n", "max_pages"),
+        ("port: 70000\nauth_disabled: true\n", "port"),
+        ("engine: gpu\nauth_disabled: true\n", "engine"),
+        ("max_pagez: 3\nauth_disabled: true\n", "max_pagez: unknown setting"),
+        ("port: 8000\n", "api_keys_file is required"),
+        ("port: [1\n", "c.yml"),
+    ],
+)
+def test_invalid_settings_name_the_key(tmp_path, yaml_text, needle):
+    cfg = tmp_path / "c.yml"
+    cfg.write_text(yaml_text)
+    with pytest.raises(ConfigError, match="invalid configuration") as exc:
+        load_settings(cfg)
+    assert needle in str(exc.value)
+
+
+def test_bad_env_value_names_the_variable(tmp_path, monkeypatch):
+    monkeypatch.setenv("OCR_APP_REQUEST_TIMEOUT_S", "soon")
+    with pytest.raises(ConfigError, match="OCR_APP_REQUEST_TIMEOUT_S"):
+        load_settings(None, auth_disabled=True)
+
+
+def test_serve_with_invalid_config_exits_nonzero_with_message(tmp_path):
+    cfg = tmp_path / "c.yml"
+    cfg.write_text("max_concurrency: -1\nauth_disabled: true\n")
+    r = subprocess.run([OCR_APP, "serve", "--config", str(cfg)], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2
+    assert "max_concurrency" in r.stderr and "Traceback" not in r.stderr
+    r = subprocess.run(
+        [OCR_APP, "serve", "--config", str(tmp_path / "nope.yml")], capture_output=True, text=True
+    )
+    assert r.returncode == 2 and "does not exist" in r.stderr

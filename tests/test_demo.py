@@ -1,0 +1,23 @@
+"""`make demo` keeps working: the script it runs, end to end, stopping after the first OCR."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_demo_prints_ocr_text_url_and_key(tmp_path):
+    r = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "demo.py"), "--once", "--port", "0", "--state", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "invoice No. 2048" in r.stdout
+    assert "Ada Lovelace" in r.stdout
+    assert "http://127.0.0.1:" in r.stdout
+    assert "API key:   ocr_" in r.stdout

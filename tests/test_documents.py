@@ -1,0 +1,97 @@
+"""Preprocessing in-process: limits, page selection, sniffing, resize (no engine needed)."""
+
+from __future__ import annotations
+
+import pytest
+from PIL import Image
+
+from ocr_app.documents import (
+    Limits,
+    classify,
+    extract_multipart_file,
+    load_pages,
+    parse_page_selection,
+)
+from ocr_app.results import ApiError
+
+from .docs import encode, jpeg_with_orientation, pdf, png_bomb, render
+
+LIMITS = Limits(max_pixels=50_000_000, max_image_side=1540, max_pages=50, pdf_dpi=200)
+
+
+def code_of(fn, *args) -> str:
+    with pytest.raises(ApiError) as exc:
+        fn(*args)
+    return exc.value.code
+
+
+@pytest.mark.parametrize(
+    ("spec", "pages"),
+    [("1-3,5", [1, 2, 3, 5]), ("2", [2]), (" 4 , 1-2 ", [1, 2, 4]), ("3,3", [3]), (None, None)],
+)
+def test_page_selection(spec, pages):
+    assert parse_page_selection(spec, 50) == pages
+
+
+def test_page_selection_limits():
+    assert code_of(parse_page_selection, "1-1000000000", 50) == "too_many_pages"
+    assert code_of(parse_page_selection, "0-2", 50) == "invalid_parameter"
+
+
+def test_jpeg_is_draft_decoded_and_downscaled_to_max_side():
+    big = Image.new("RGB", (4000, 3000), "white")
+    [page] = load_pages(encode(big, "JPEG"), "image/jpeg", None, LIMITS)
+    assert (page.width, page.height) == (4000, 3000)
+    assert page.image.size == (1540, 1155)
+    assert page.image.mode == "RGB"
+
+
+def test_exif_rotation_swaps_reported_size():
+    img = render(["upright"]).image
+    [page] = load_pages(jpeg_with_orientation(img, 6), "image/jpeg", None, LIMITS)
+    assert (page.width, page.height) == img.size == page.image.size
+
+
+def test_pdf_poster_page_is_rendered_within_max_side():
+    poster = Image.new("RGB", (2000, 1000), "white")
+    data = pdf([poster], dpi=10)  # a 200 x 100 inch page: 40000 x 20000 px at 200 DPI
+    [page] = load_pages(data, "application/pdf", None, LIMITS)
+    assert max(page.image.size) == 1540
+    assert (page.width, page.height) == (40000, 20000)
+
+
+def test_bomb_refused_from_header():
+    assert code_of(load_pages, png_bomb(), "image/png", None, LIMITS) == "image_too_large"
+
+
+def test_sixteen_bit_grey_and_palette_images_become_rgb():
+    grey16 = Image.new("I;16", (300, 100), 40000)
+    palette = Image.new("P", (300, 100), 3)
+    for img, fmt in ((grey16, "PNG"), (palette, "PNG"), (Image.new("CMYK", (300, 100)), "JPEG")):
+        [page] = load_pages(encode(img, fmt), classify(encode(img, fmt), ""), None, LIMITS)
+        assert page.image.mode == "RGB"
+
+
+@pytest.mark.parametrize(
+    ("data", "declared", "expected"),
+    [
+        (b"%PDF-1.4 ...", "application/octet-stream", "application/pdf"),
+        (b"\xff\xd8\xff\xe0rest", "image/png", "image/jpeg"),  # content wins over a wrong label
+        (b"II*\x00....", "", "image/tiff"),
+    ],
+)
+def test_sniffing(data, declared, expected):
+    assert classify(data, declared) == expected
+
+
+def test_multipart_parsed_in_memory():
+    body = (
+        b'--XyZ\r\nContent-Disposition: form-data; name="note"\r\n\r\nhello\r\n'
+        b'--XyZ\r\nContent-Disposition: form-data; name="file"; filename="a.png"\r\n'
+        b"Content-Type: image/png\r\n\r\n\x89PNG-bytes\r\n--XyZ--\r\n"
+    )
+    assert extract_multipart_file(body, "multipart/form-data; boundary=XyZ") == (
+        b"\x89PNG-bytes",
+        "image/png",
+    )
+    assert code_of(extract_multipart_file, body, "multipart/form-data") == "invalid_parameter"
