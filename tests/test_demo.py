@@ -11,7 +11,15 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def test_demo_prints_ocr_text_url_and_key(tmp_path):
     r = subprocess.run(
-        [sys.executable, str(ROOT / "scripts" / "demo.py"), "--once", "--port", "0", "--state", str(tmp_path)],
+        [
+            sys.executable,
+            str(ROOT / "scripts" / "demo.py"),
+            "--once",
+            "--port",
+            "0",
+            "--state",
+            str(tmp_path),
+        ],
         capture_output=True,
         text=True,
         timeout=300,
