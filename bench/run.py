@@ -1,0 +1,965 @@
+"""ocrfleet benchmark: the service against its own engine, against rapidocr-api, and its cheap paths.
+
+Run from the repository root with `python -m bench.run` (or `python bench/run.py`, or `make bench`).
+Everything is measured side by side in one run and printed as a table with ratios and goals; the
+figures also go to bench/results.json. Timings are reported, never asserted: the exit status is 0
+unless something crashed.
+
+    1. service ÷ direct in-process engine throughput, same documents, concurrency 1 and 4
+    2. service ÷ rapidocr-api (PyPI peer) throughput, same documents, concurrency 1 and 4
+    3. /healthz p50/p99 while 16 large documents are in flight
+    4. decode + resize of a 12 MP JPEG: load_pages (draft mode) vs full decode + LANCZOS
+    +  PNG-bomb refusal latency and server RSS growth
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import importlib
+import io
+import json
+import os
+import platform
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import traceback
+from collections.abc import Awaitable, Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+import numpy as np
+import yaml
+from PIL import Image, ImageFilter
+
+from ocr_app.config import Settings, load_settings
+from ocr_app.documents import Limits, classify, load_pages
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS_FILE = Path(__file__).resolve().parent / "results.json"
+BIN = Path(sys.executable).parent
+
+GOAL_VS_DIRECT = 0.97
+GOAL_VS_PEER = 1.3
+GOAL_HEALTHZ_P99_MS = 50.0
+GOAL_DECODE_MS = 40.0
+
+pc = time.perf_counter
+
+
+def docs_module():
+    """tests/docs.py: the renderer the contract tests use (repo root on sys.path, whatever the cwd)."""
+    if str(ROOT) not in sys.path:
+        sys.path.insert(0, str(ROOT))
+    return importlib.import_module("tests.docs")
+
+
+# --------------------------------------------------------------------------------------------- documents
+
+
+@dataclass
+class Doc:
+    name: str
+    data: bytes
+    ctype: str
+    size: tuple[int, int]
+
+    @property
+    def filename(self) -> str:
+        return f"{self.name}.{self.ctype.split('/')[1]}"
+
+    def describe(self) -> str:
+        fmt = self.ctype.split("/")[1].upper()
+        return f"{self.name} {self.size[0]}x{self.size[1]} {fmt} {len(self.data) / 1024:.0f} KiB"
+
+
+def _doc(name: str, image: Image.Image, fmt: str, d, **params) -> Doc:
+    ctype = {"PNG": "image/png", "JPEG": "image/jpeg"}[fmt]
+    return Doc(name, d.encode(image, fmt, **params), ctype, image.size)
+
+
+def letter_page(d) -> Image.Image:
+    """A 1700x2200 page (US letter at 200 dpi) with 25 lines of mixed English and Latin text."""
+    pool = d.TEXTS["en"] + d.TEXTS["latin"]
+    lines = [pool[i % len(pool)] for i in range(25)]
+    body = d.render(lines, "en", size=36, width=1700, margin=90).image
+    page = Image.new("RGB", (1700, 2200), "white")
+    page.paste(body, (0, 0))
+    return page
+
+
+def photo_of_page(d) -> Image.Image:
+    """A 4000x3000 (12 MP) camera-like shot of a page: a desk, uneven light, blur and sensor noise."""
+    pool = d.TEXTS["en"] + d.TEXTS["latin"]
+    lines = [pool[i % len(pool)] for i in range(15)]
+    paper = d.render(lines, "en", size=80, width=3300, margin=120).image
+    canvas = Image.new("RGB", (4000, 3000), (92, 78, 64))
+    canvas.paste(paper, (350, (3000 - paper.height) // 2))
+    canvas = canvas.filter(ImageFilter.GaussianBlur(1.2))
+    px = np.asarray(canvas, dtype=np.float32)
+    yy, xx = np.mgrid[0:3000, 0:4000].astype(np.float32)
+    light = 0.78 + 0.22 * (1 - ((xx - 2600) ** 2 + (yy - 1200) ** 2) / (4000**2 + 3000**2))
+    px *= light[..., None]
+    px += np.random.default_rng(7).normal(0, 5, px.shape).astype(np.float32)
+    return Image.fromarray(np.clip(px, 0, 255).astype(np.uint8))
+
+
+def make_documents(d) -> tuple[list[Doc], Doc, bytes]:
+    """(the throughput set, the letter page as a PDF, the 12 MP photo JPEG bytes)."""
+    docs = []
+    photo = photo_of_page(d)
+    docs.append(_doc("photo-12mp", photo, "JPEG", d, quality=90))
+    letter = letter_page(d)
+    docs.append(_doc("letter", letter, "PNG", d))
+    for lang, fmt in (("en", "PNG"), ("latin", "JPEG"), ("zh", "PNG"), ("ja", "JPEG")):
+        params = {"quality": 90} if fmt == "JPEG" else {}
+        docs.append(_doc(lang, d.render(d.TEXTS[lang], lang).image, fmt, d, **params))
+    letter_pdf = Doc("letter-pdf", d.pdf([letter], dpi=200), "application/pdf", letter.size)
+    return docs, letter_pdf, docs[0].data
+
+
+# ----------------------------------------------------------------------------------------------- servers
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def proc_status_kb(pid: int, key: str) -> int | None:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith(key + ":"):
+                return int(line.split()[1])
+    except (OSError, ValueError):
+        pass
+    return None
+
+
+def _clean_env() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if not k.startswith("OCR_APP_")}
+
+
+class Process:
+    """A server process we started: log to a file, wait until it answers, always stopped."""
+
+    def __init__(self, name: str, argv: list[str], workdir: Path, health_path: str, port: int):
+        self.name = name
+        self.argv = argv
+        self.port = port
+        self.url = f"http://127.0.0.1:{port}"
+        self.health_path = health_path
+        self.log_file = workdir / f"{name}.log"
+        self.proc: subprocess.Popen | None = None
+
+    def start(self, timeout: float = 300) -> Process:
+        with self.log_file.open("ab") as log:
+            self.proc = subprocess.Popen(self.argv, stdout=log, stderr=subprocess.STDOUT, env=_clean_env())
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"{self.name} exited with {self.proc.returncode}:\n{self.logs()[-3000:]}")
+            try:
+                r = httpx.get(self.url + self.health_path, timeout=5)
+                if r.status_code == 200:
+                    return self
+            except httpx.TransportError:
+                pass
+            time.sleep(0.2)
+        raise TimeoutError(f"{self.name} not ready within {timeout}s:\n{self.logs()[-3000:]}")
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
+
+    def logs(self) -> str:
+        return self.log_file.read_text(errors="replace") if self.log_file.exists() else ""
+
+    def check_alive(self) -> None:
+        """Raise, with the exit status and the log's tail, when the server has died under us."""
+        if self.proc is not None and self.proc.poll() is not None:
+            rc = self.proc.returncode
+            how = f"killed by signal {-rc}" if rc < 0 else f"exit status {rc}"
+            raise RuntimeError(
+                f"{self.name} (pid {self.proc.pid}) died: {how}; log tail:\n{self.logs()[-2000:]}"
+            )
+
+    def stop(self) -> None:
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        self.proc.terminate()
+        try:
+            self.proc.wait(20)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(10)
+
+
+def ocr_app_argv() -> list[str]:
+    exe = shutil.which("ocr-app", path=str(BIN))
+    return [exe] if exe else [sys.executable, "-m", "ocr_app.cli"]
+
+
+def peer_argv(port: int) -> list[str]:
+    exe = shutil.which("rapidocr_api", path=str(BIN))
+    base = [exe] if exe else [sys.executable, "-m", "rapidocr_api.main"]
+    return [*base, "--ip", "127.0.0.1", "-p", str(port)]
+
+
+class OurService:
+    """`ocr-app serve` with a fresh key, a YAML config, on a free loopback port."""
+
+    def __init__(self, workdir: Path, overrides: dict):
+        workdir.mkdir(parents=True, exist_ok=True)
+        keys_file = workdir / "keys.txt"
+        out = subprocess.run(
+            [*ocr_app_argv(), "keys", "add", "bench", "--file", str(keys_file)],
+            capture_output=True,
+            text=True,
+            check=True,
+            env=_clean_env(),
+        )
+        self.key = out.stdout.strip().splitlines()[-1]
+        self.port = free_port()
+        config = {
+            "port": self.port,
+            "api_keys_file": str(keys_file),
+            "drain_file": str(workdir / "drain"),
+            "log_level": "warning",
+            **overrides,
+        }
+        self.config_file = workdir / "config.yml"
+        self.config_file.write_text(yaml.safe_dump(config))
+        self.settings: Settings = load_settings(self.config_file)
+        self.process = Process(
+            "ocr-app",
+            [*ocr_app_argv(), "serve", "--config", str(self.config_file)],
+            workdir,
+            "/healthz",
+            self.port,
+        )
+
+    def start(self) -> OurService:
+        self.process.start()
+        return self
+
+    def stop(self) -> None:
+        self.process.stop()
+
+
+# ---------------------------------------------------------------------------------------------- load
+
+
+@dataclass
+class PassResult:
+    side: str
+    concurrency: int
+    seconds: float
+    done: int
+    latencies: list[float] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+    lines: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def throughput(self) -> float:
+        return self.done / self.seconds if self.seconds > 0 else 0.0
+
+
+async def drive(
+    side: str, docs: list[Doc], concurrency: int, one: Callable[[Doc], Awaitable[int]]
+) -> PassResult:
+    """Send every document once, `concurrency` at a time; each worker takes the next document."""
+    pending = iter(docs)
+    res = PassResult(side, concurrency, 0.0, 0)
+
+    async def worker() -> None:
+        for doc in pending:  # one iterator shared by the workers: next() never interleaves in asyncio
+            t = pc()
+            try:
+                res.lines[doc.name] = await one(doc)
+            except Exception as err:
+                res.errors.append(f"{doc.name}: {type(err).__name__}: {str(err)[:200]}")
+                continue
+            res.latencies.append(pc() - t)
+            res.done += 1
+
+    t0 = pc()
+    await asyncio.gather(*(worker() for _ in range(concurrency)))
+    res.seconds = pc() - t0
+    return res
+
+
+def _client(url: str, concurrency: int, headers: dict | None = None) -> httpx.AsyncClient:
+    limits = httpx.Limits(max_connections=concurrency + 2, max_keepalive_connections=concurrency + 2)
+    return httpx.AsyncClient(base_url=url, headers=headers or {}, timeout=600, limits=limits)
+
+
+def ours_pass(svc: OurService, docs: list[Doc], concurrency: int, side: str = "service") -> PassResult:
+    async def run() -> PassResult:
+        async with _client(svc.process.url, concurrency, {"Authorization": f"Bearer {svc.key}"}) as client:
+
+            async def one(doc: Doc) -> int:
+                r = await client.post("/v1/ocr", content=doc.data, headers={"Content-Type": doc.ctype})
+                if r.status_code != 200:
+                    raise RuntimeError(f"HTTP {r.status_code}: {r.text[:200]}")
+                return sum(len(p["lines"]) for p in r.json()["pages"])
+
+            return await drive(side, docs, concurrency, one)
+
+    res = asyncio.run(run())
+    svc.process.check_alive()
+    return res
+
+
+def peer_pass(peer: Process, docs: list[Doc], concurrency: int) -> PassResult:
+    async def run() -> PassResult:
+        async with _client(peer.url, concurrency) as client:
+
+            async def one(doc: Doc) -> int:
+                files = {"image_file": (doc.filename, doc.data, doc.ctype)}
+                r = await client.post("/ocr", files=files)
+                if r.status_code != 200:
+                    raise RuntimeError(f"HTTP {r.status_code}: {r.text[:200]}")
+                return len(r.json())
+
+            return await drive("rapidocr-api", docs, concurrency, one)
+
+    res = asyncio.run(run())
+    peer.check_alive()
+    return res
+
+
+class DirectEngine:
+    """The service's engine and preprocessing, in this process: what the service could at best do."""
+
+    def __init__(self, settings: Settings):
+        from ocr_app.engines.rapidocr import RapidOcrEngine
+
+        self.engine = RapidOcrEngine(
+            workers=settings.rapidocr_workers,
+            threads=settings.rapidocr_threads,
+            use_cls=settings.rapidocr_use_cls,
+        )
+        self.pre_pool = ThreadPoolExecutor(settings.preprocess_workers, thread_name_prefix="bench-pre")
+        self.limits = Limits(
+            max_pixels=settings.max_pixels,
+            max_image_side=settings.max_image_side,
+            max_pages=settings.max_pages,
+            pdf_dpi=settings.pdf_dpi,
+        )
+        asyncio.run(self.engine.load())
+
+    def run_pass(self, docs: list[Doc], concurrency: int) -> PassResult:
+        async def run() -> PassResult:
+            loop = asyncio.get_running_loop()
+
+            async def one(doc: Doc) -> int:
+                media_type = classify(doc.data, doc.ctype)
+                pages = await loop.run_in_executor(
+                    self.pre_pool, load_pages, doc.data, media_type, None, self.limits, None
+                )
+                return sum(len(p.lines) for p in await self.engine.recognize(pages))
+
+            return await drive("direct", docs, concurrency, one)
+
+        return asyncio.run(run())
+
+    def close(self) -> None:
+        asyncio.run(self.engine.close())
+        self.pre_pool.shutdown(wait=True)
+
+
+# ------------------------------------------------------------------------------------------ statistics
+
+
+def median(xs: Iterable[float]) -> float | None:
+    xs = list(xs)
+    return statistics.median(xs) if xs else None
+
+
+def percentile(xs: list[float], q: float) -> float | None:
+    if not xs:
+        return None
+    s = sorted(xs)
+    k = (len(s) - 1) * q / 100
+    lo = int(k)
+    hi = min(lo + 1, len(s) - 1)
+    return s[lo] + (s[hi] - s[lo]) * (k - lo)
+
+
+def ratio(a: float | None, b: float | None) -> float | None:
+    return a / b if a is not None and b else None
+
+
+def summarise_passes(passes: list[PassResult]) -> dict:
+    ok = [p for p in passes if not p.errors]  # a pass with a failed request does not count
+    return {
+        "throughput_docs_per_s": median(p.throughput for p in ok),
+        "passes": len(ok),
+        "failed_passes": len(passes) - len(ok),
+        "docs_per_pass": max((p.done + len(p.errors) for p in passes), default=0),
+        "per_pass_docs_per_s": [round(p.throughput, 4) for p in passes],
+        "latency_p50_s": median(lat for p in passes for lat in p.latencies),
+        "errors": [e for p in passes for e in p.errors],
+        "lines": passes[-1].lines if passes else {},
+    }
+
+
+def log(msg: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+# -------------------------------------------------------------------------------------------- phases
+
+
+@dataclass
+class Config:
+    rounds: int
+    warmup: bool
+    healthz_docs: int
+    decode_reps: int
+    bomb_reps: int
+    concurrencies: tuple[int, ...]
+    only: set[str]
+    overrides: dict
+
+
+def bench_decode(photo: bytes, settings: Settings, reps: int) -> dict:
+    """Measurement 4: our load_pages (JPEG draft mode) vs Image.open + load + LANCZOS resize."""
+    limits = Limits(settings.max_pixels, settings.max_image_side, settings.max_pages, settings.pdf_dpi)
+    side = settings.max_image_side
+    ours: list[float] = []
+    full: list[float] = []
+    sizes = set()
+
+    def run_ours() -> None:
+        t = pc()
+        [page] = load_pages(photo, "image/jpeg", None, limits)
+        ours.append(pc() - t)
+        sizes.add(("ours", page.image.size))
+
+    def run_full() -> None:
+        t = pc()
+        im = Image.open(io.BytesIO(photo))
+        im.load()
+        f = side / max(im.size)
+        im = im.convert("RGB").resize((round(im.width * f), round(im.height * f)), Image.Resampling.LANCZOS)
+        full.append(pc() - t)
+        sizes.add(("full", im.size))
+
+    run_ours()  # warm-up, not counted
+    run_full()
+    ours.clear()
+    full.clear()
+    for i in range(reps):
+        for fn in (run_ours, run_full) if i % 2 == 0 else (run_full, run_ours):
+            fn()
+    ms_ours, ms_full = median(ours) * 1000, median(full) * 1000
+    return {
+        "ours_ms": ms_ours,
+        "full_decode_ms": ms_full,
+        "ours_p90_ms": percentile(ours, 90) * 1000,
+        "full_decode_p90_ms": percentile(full, 90) * 1000,
+        "ratio_ours_over_full": ms_ours / ms_full,
+        "speedup": ms_full / ms_ours,
+        "n": reps,
+        "output_sizes": sorted(f"{k} {w}x{h}" for k, (w, h) in sizes),
+    }
+
+
+def phase_ours_vs_direct(svc: OurService, docs: list[Doc], cfg: Config) -> tuple[dict, list[PassResult]]:
+    """Measurement 1: alternate direct and service passes (A B, then B A) after warming both up."""
+    direct = DirectEngine(svc.settings)
+    try:
+        if cfg.warmup:
+            log("warm-up: direct engine and service, one pass each")
+            direct.run_pass(docs, max(cfg.concurrencies))
+            ours_pass(svc, docs, max(cfg.concurrencies))
+        out: dict = {}
+        service_passes: list[PassResult] = []
+        for c in cfg.concurrencies:
+            d_passes, s_passes = [], []
+            for r in range(cfg.rounds):
+                order = ("direct", "service") if r % 2 == 0 else ("service", "direct")
+                for side in order:
+                    if side == "direct":
+                        d_passes.append(direct.run_pass(docs, c))
+                        p = d_passes[-1]
+                    else:
+                        s_passes.append(ours_pass(svc, docs, c))
+                        p = s_passes[-1]
+                    log(f"  c={c} round {r + 1}: {side:8s} {p.throughput:.3f} docs/s ({p.seconds:.1f} s)")
+            service_passes += s_passes
+            d, s = summarise_passes(d_passes), summarise_passes(s_passes)
+            out[f"c{c}"] = {
+                "direct": d,
+                "service": s,
+                "ratio": ratio(s["throughput_docs_per_s"], d["throughput_docs_per_s"]),
+                "pairwise_ratios": [
+                    round(sp.throughput / dp.throughput, 4) for sp, dp in zip(s_passes, d_passes, strict=True)
+                ],
+            }
+        return out, service_passes
+    finally:
+        direct.close()
+
+
+def phase_passes(run: Callable[[int], PassResult], label: str, cfg: Config) -> dict[int, list[PassResult]]:
+    if cfg.warmup:
+        log(f"warm-up: {label}, one pass")
+        run(max(cfg.concurrencies))
+    out: dict[int, list[PassResult]] = {}
+    for c in cfg.concurrencies:
+        out[c] = []
+        for r in range(cfg.rounds):
+            p = run(c)
+            out[c].append(p)
+            log(f"  c={c} round {r + 1}: {label} {p.throughput:.3f} docs/s ({p.seconds:.1f} s)")
+    return out
+
+
+def bench_bomb(svc: OurService, bomb: bytes, reps: int) -> dict:
+    """A 40000x40000 1-bit PNG: refused from its header, at what latency and memory cost."""
+    svc.process.check_alive()
+    pid = svc.process.pid
+    rss0, hwm0 = proc_status_kb(pid, "VmRSS"), proc_status_kb(pid, "VmHWM")
+    lat, statuses = [], []
+    headers = {"Authorization": f"Bearer {svc.key}", "Content-Type": "image/png"}
+    with httpx.Client(base_url=svc.process.url, timeout=120) as client:
+        for _ in range(reps):
+            t = pc()
+            r = client.post("/v1/ocr", content=bomb, headers=headers)
+            lat.append(pc() - t)
+            statuses.append(r.status_code)
+    rss1, hwm1 = proc_status_kb(pid, "VmRSS"), proc_status_kb(pid, "VmHWM")
+    mb = 1 / 1024
+    return {
+        "latency_ms": median(lat) * 1000,
+        "latency_max_ms": max(lat) * 1000,
+        "statuses": sorted(set(statuses)),
+        "n": reps,
+        "bytes": len(bomb),
+        "rss_before_mb": rss0 * mb if rss0 else None,
+        "rss_growth_mb": (rss1 - rss0) * mb if rss0 and rss1 else None,
+        "peak_rss_growth_mb": (hwm1 - hwm0) * mb if hwm0 and hwm1 else None,
+    }
+
+
+def bench_healthz(svc: OurService, big: list[Doc], interval: float = 0.01) -> dict:
+    """Measurement 3: sample /healthz one after another while every big document is in flight."""
+    samples: list[float] = []
+    seen = {"max_inflight": 0, "max_queued": 0, "max_in_service": 0, "non_200": 0}
+    stop = threading.Event()
+
+    def sampler() -> None:
+        try:
+            started = False
+            with httpx.Client(base_url=svc.process.url, timeout=30) as client:
+                client.get("/healthz")  # connect outside the measured window
+                while not stop.is_set():
+                    if svc.process.proc.poll() is not None:
+                        return
+                    t = pc()
+                    r = client.get("/healthz")
+                    dt = pc() - t
+                    body = r.json()
+                    total = body.get("inflight", 0) + body.get("queued", 0)
+                    started = started or total > 0  # the window opens with the first document in service
+                    if started:
+                        samples.append(dt)
+                        seen["non_200"] += r.status_code != 200
+                        seen["max_inflight"] = max(seen["max_inflight"], body.get("inflight", 0))
+                        seen["max_queued"] = max(seen["max_queued"], body.get("queued", 0))
+                        seen["max_in_service"] = max(seen["max_in_service"], total)
+                    time.sleep(interval)
+        except httpx.TransportError:
+            return  # the server went away: the load pass reports it
+
+    thread = threading.Thread(target=sampler, name="healthz-sampler", daemon=True)
+    thread.start()
+    try:
+        load = ours_pass(svc, big, len(big), side="healthz-load")
+    finally:
+        stop.set()
+        thread.join(60)
+    return {
+        "p50_ms": (median(samples) or 0) * 1000,
+        "p99_ms": (percentile(samples, 99) or 0) * 1000,
+        "max_ms": max(samples, default=0) * 1000,
+        "n": len(samples),
+        "documents_in_flight": len(big),
+        "load_seconds": load.seconds,
+        "load_errors": load.errors,
+        **seen,
+    }
+
+
+# ---------------------------------------------------------------------------------------------- report
+
+
+def fmt(v: float | None, spec: str = ".3f") -> str:
+    return "-" if v is None else format(v, spec)
+
+
+def verdict(ok: bool | None) -> str:
+    return "-" if ok is None else ("PASS" if ok else "MISS")
+
+
+def build_rows(res: dict) -> list[tuple[str, str, str, str, str, str, str]]:
+    rows = []
+    for c, m in (res.get("service_vs_direct") or {}).items():
+        s, d, r = m["service"], m["direct"], m["ratio"]
+        rows.append(
+            (
+                f"1 service / direct engine  {c}  docs/s",
+                fmt(s["throughput_docs_per_s"]),
+                fmt(d["throughput_docs_per_s"]),
+                fmt(r),
+                f">= {GOAL_VS_DIRECT}",
+                verdict(None if r is None else r >= GOAL_VS_DIRECT),
+                f"{s['passes']}+{d['passes']} passes x {s['docs_per_pass']} docs",
+            )
+        )
+    for c, m in (res.get("service_vs_peer") or {}).items():
+        s, p, r = m["service"], m["rapidocr_api"], m["ratio"]
+        rows.append(
+            (
+                f"2 service / rapidocr-api   {c}  docs/s",
+                fmt(s["throughput_docs_per_s"]),
+                fmt(p["throughput_docs_per_s"]),
+                fmt(r, ".2f"),
+                f">= {GOAL_VS_PEER}",
+                verdict(None if r is None else r >= GOAL_VS_PEER),
+                f"{s['passes']}+{p['passes']} passes x {s['docs_per_pass']} docs",
+            )
+        )
+    h = res.get("healthz")
+    if h:
+        rows.append(
+            (
+                f"3 /healthz p50, {h['documents_in_flight']} big docs in flight  ms",
+                fmt(h["p50_ms"], ".1f"),
+                "",
+                "",
+                "",
+                "",
+                f"n={h['n']}",
+            )
+        )
+        rows.append(
+            (
+                "3 /healthz p99                              ms",
+                fmt(h["p99_ms"], ".1f"),
+                "",
+                "",
+                f"< {GOAL_HEALTHZ_P99_MS:g}",
+                verdict(h["p99_ms"] < GOAL_HEALTHZ_P99_MS if h["n"] else None),
+                f"max {h['max_ms']:.1f} ms, peak {h['max_in_service']} in service",
+            )
+        )
+    dec = res.get("decode")
+    if dec:
+        rows.append(
+            (
+                "4 12 MP JPEG -> 1540 px: ours / full decode  ms",
+                fmt(dec["ours_ms"], ".1f"),
+                fmt(dec["full_decode_ms"], ".1f"),
+                fmt(dec["ratio_ours_over_full"], ".2f"),
+                f"ours <= {GOAL_DECODE_MS:g}",
+                verdict(dec["ours_ms"] <= GOAL_DECODE_MS),
+                f"n={dec['n']}, {dec['speedup']:.1f}x faster",
+            )
+        )
+    b = res.get("bomb")
+    if b:
+        rows.append(
+            (
+                "+ PNG bomb 40000x40000 refusal  ms",
+                fmt(b["latency_ms"], ".1f"),
+                "",
+                "",
+                "",
+                "",
+                f"n={b['n']}, HTTP {b['statuses']}",
+            )
+        )
+        rows.append(
+            (
+                "+ server RSS growth (peak growth)  MiB",
+                fmt(b["rss_growth_mb"], ".1f"),
+                "",
+                "",
+                "",
+                "",
+                f"peak +{fmt(b['peak_rss_growth_mb'], '.1f')}, base {fmt(b['rss_before_mb'], '.0f')} MiB",
+            )
+        )
+    return rows
+
+
+def print_report(res: dict) -> None:
+    header = ("measurement", "ours", "reference", "ratio", "goal", "result", "n / notes")
+    rows = [header, *build_rows(res)]
+    widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
+    line = "  ".join("-" * w for w in widths)
+    print()
+    print(f"ocrfleet bench ({res['mode']}), {res['machine']['cpus']} CPUs, load {res['machine']['loadavg']}")
+    print(f"ours: {res['settings_text']}")
+    print("documents: " + "; ".join(res["documents"]))
+    print(line)
+    for i, r in enumerate(rows):
+        print(
+            "  ".join(
+                c.ljust(w) if j == 0 or j == 6 else c.rjust(w)
+                for j, (c, w) in enumerate(zip(r, widths, strict=True))
+            )
+        )
+        if i == 0:
+            print(line)
+    print(line)
+    for name, m in (res.get("service_vs_peer") or {}).items():
+        lines_ours = m["service"]["lines"]
+        lines_peer = m["rapidocr_api"]["lines"]
+        print(
+            f"lines recognised per doc ({name}) ours / rapidocr-api: "
+            + ", ".join(f"{k} {lines_ours.get(k, '-')}/{lines_peer.get(k, '-')}" for k in lines_ours)
+        )
+        break
+    for err in res["errors"]:
+        print(f"ERROR: {err}")
+    print()
+
+
+# ------------------------------------------------------------------------------------------------ main
+
+
+def parse_args(argv: list[str] | None) -> tuple[Config, bool]:
+    p = argparse.ArgumentParser(
+        prog="bench.run", description=__doc__, formatter_class=argparse.RawTextHelpFormatter
+    )
+    p.add_argument("--quick", action="store_true", help="one round, fewer repetitions: for development")
+    p.add_argument("--rounds", type=int, help="passes per side and concurrency (default 2, quick 1)")
+    p.add_argument(
+        "--only",
+        default="direct,peer,healthz,decode,bomb",
+        help="comma-separated subset of: direct,peer,healthz,decode,bomb",
+    )
+    p.add_argument("--concurrency", default="1,4", help="client concurrencies for 1 and 2 (default 1,4)")
+    p.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override one of our service settings, e.g. --set rapidocr_threads=2 (repeatable)",
+    )
+    a = p.parse_args(argv)
+    overrides = {}
+    for item in a.set:
+        k, _, v = item.partition("=")
+        overrides[k.strip()] = yaml.safe_load(v)
+    cfg = Config(
+        rounds=a.rounds or (1 if a.quick else 2),
+        warmup=True,
+        healthz_docs=4 if a.quick else 16,
+        decode_reps=5 if a.quick else 21,
+        bomb_reps=2 if a.quick else 5,
+        concurrencies=tuple(int(c) for c in a.concurrency.split(",")),
+        only={s.strip() for s in a.only.split(",")},
+        overrides=overrides,
+    )
+    return cfg, a.quick
+
+
+def service_overrides(cfg: Config) -> dict:
+    """Our configuration: the shipped defaults (workers = CPUs, 1 thread each, max_concurrency 2), plus
+    a queue and a deadline roomy enough that the healthz load (16 big documents at once) is all admitted."""
+    over = {"max_queue": max(16, cfg.healthz_docs), "request_timeout_s": 300, **cfg.overrides}
+    return over
+
+
+def run(cfg: Config, quick: bool, workdir: Path) -> dict:
+    d = docs_module()
+    t_start = pc()
+    res: dict = {
+        "mode": "quick" if quick else "full",
+        "machine": {
+            "cpus": os.cpu_count(),
+            "python": platform.python_version(),
+            "loadavg": [round(x, 2) for x in os.getloadavg()],
+        },
+        "errors": [],
+    }
+    log("rendering documents")
+    docs, letter_pdf, photo = make_documents(d)
+    res["documents"] = [doc.describe() for doc in docs]
+    big_docs = [(docs[0] if i % 2 == 0 else letter_pdf) for i in range(cfg.healthz_docs)]
+    overrides = service_overrides(cfg)
+    settings = load_settings(None, auth_disabled=True, **overrides)
+    keys = ("rapidocr_workers", "rapidocr_threads", "max_concurrency", "preprocess_workers", "max_queue")
+    res["settings"] = {
+        k: getattr(settings, k) for k in (*keys, "rapidocr_use_cls", "max_image_side", "pdf_dpi")
+    }
+    res["settings_text"] = " ".join(f"{k}={getattr(settings, k)}" for k in (*keys, "request_timeout_s"))
+    res["rounds"] = cfg.rounds
+    res["concurrencies"] = list(cfg.concurrencies)
+
+    def guarded(name: str, fn: Callable[[], None]) -> None:
+        try:
+            fn()
+        except Exception as err:
+            traceback.print_exc()
+            res["errors"].append(f"{name}: {type(err).__name__}: {str(err)[:500]}")
+
+    # 4. decode: in-process, before any server is up.
+    if "decode" in cfg.only:
+        log("measurement 4: 12 MP JPEG decode + resize")
+        guarded("decode", lambda: res.__setitem__("decode", bench_decode(photo, settings, cfg.decode_reps)))
+
+    ours_a: dict[int, list[PassResult]] = {}
+    ours_b: dict[int, list[PassResult]] = {}
+    peer: dict[int, list[PassResult]] = {}
+
+    # 1. service vs direct engine (our service's passes also count for 2: ours, peer, ours).
+    if "direct" in cfg.only or "peer" in cfg.only:
+
+        def phase1() -> None:
+            svc = OurService(workdir / "ours-1", overrides)
+            try:
+                log(f"starting ocr-app serve on :{svc.port}")
+                svc.start()
+                if "direct" in cfg.only:
+                    log("measurement 1: service vs direct in-process engine")
+                    out, passes = phase_ours_vs_direct(svc, docs, cfg)
+                    res["service_vs_direct"] = out
+                    for p in passes:
+                        ours_a.setdefault(p.concurrency, []).append(p)
+                else:
+                    ours_a.update(phase_passes(lambda c: ours_pass(svc, docs, c), "service", cfg))
+            finally:
+                svc.stop()
+
+        guarded("service vs direct", phase1)
+
+    # 2. rapidocr-api, alone on the machine.
+    if "peer" in cfg.only:
+
+        def phase2() -> None:
+            port = free_port()
+            proc = Process("rapidocr-api", peer_argv(port), workdir, "/", port)
+            try:
+                log(f"starting rapidocr-api on :{port}")
+                proc.start()
+                log("measurement 2: rapidocr-api")
+                peer.update(phase_passes(lambda c: peer_pass(proc, docs, c), "rapidocr-api", cfg))
+            finally:
+                proc.stop()
+
+        guarded("rapidocr-api", phase2)
+
+    # Our service again: its second block for 2, then the bomb and the healthz load.
+    if cfg.only & {"peer", "healthz", "bomb"}:
+
+        def phase3() -> None:
+            servers: list[OurService] = []
+
+            def service() -> OurService:
+                """The running service; a fresh one if the last has died (the death is reported)."""
+                if servers and servers[-1].process.proc.poll() is None:
+                    return servers[-1]
+                svc = OurService(workdir / f"ours-{len(servers) + 2}", overrides)
+                servers.append(svc)
+                log(f"starting ocr-app serve on :{svc.port}")
+                return svc.start()
+
+            def peer_block() -> None:
+                svc = service()
+                log("measurement 2: our service again (ours, peer, ours)")
+                ours_b.update(phase_passes(lambda c: ours_pass(svc, docs, c), "service", cfg))
+
+            def bomb() -> None:
+                log("PNG bomb refusal")
+                res["bomb"] = bench_bomb(service(), d.png_bomb(), cfg.bomb_reps)
+
+            def healthz() -> None:
+                log(f"measurement 3: /healthz with {len(big_docs)} big documents in flight")
+                res["healthz"] = bench_healthz(service(), big_docs)
+
+            try:
+                for name, fn in (("peer", peer_block), ("bomb", bomb), ("healthz", healthz)):
+                    if name in cfg.only:
+                        guarded(f"service (second run): {name}", fn)
+            finally:
+                for svc in servers:
+                    svc.stop()
+
+        guarded("service (second run)", phase3)
+
+    if peer:
+        res["service_vs_peer"] = {}
+        for c in cfg.concurrencies:
+            s = summarise_passes(ours_a.get(c, []) + ours_b.get(c, []))
+            p = summarise_passes(peer.get(c, []))
+            res["service_vs_peer"][f"c{c}"] = {
+                "service": s,
+                "rapidocr_api": p,
+                "ratio": ratio(s["throughput_docs_per_s"], p["throughput_docs_per_s"]),
+            }
+    for section in ("service_vs_direct", "service_vs_peer"):
+        for c, m in (res.get(section) or {}).items():
+            for side, v in m.items():
+                if isinstance(v, dict) and v.get("errors"):
+                    res["errors"].append(
+                        f"{section} {c} {side}: {len(v['errors'])} failed requests: {v['errors'][0]}"
+                    )
+    if res.get("healthz", {}).get("load_errors"):
+        res["errors"].append(f"healthz load: {res['healthz']['load_errors'][0]}")
+    res["machine"]["loadavg_end"] = [round(x, 2) for x in os.getloadavg()]
+    res["wall_s"] = round(pc() - t_start, 1)
+    return res
+
+
+def _json_safe(obj):
+    if isinstance(obj, float):
+        return round(obj, 4)
+    if isinstance(obj, dict):
+        return {str(k): _json_safe(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_json_safe(v) for v in obj]
+    return obj
+
+
+def main(argv: list[str] | None = None) -> int:
+    cfg, quick = parse_args(argv)
+
+    def on_term(signum, frame):  # SIGTERM unwinds like Ctrl-C, so every server is stopped
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, on_term)
+    with tempfile.TemporaryDirectory(prefix="ocrfleet-bench-") as tmp:
+        try:
+            res = run(cfg, quick, Path(tmp))
+        except Exception:
+            traceback.print_exc()
+            return 1
+    print_report(res)
+    out = _json_safe(res)
+    text = json.dumps(out, ensure_ascii=False)
+    RESULTS_FILE.write_text(json.dumps(out, indent=2, ensure_ascii=False) + "\n")
+    print(text)
+    print(f"(written to {RESULTS_FILE.relative_to(ROOT)}; total {res['wall_s']} s)")
+    return 1 if res["errors"] else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
