@@ -15,6 +15,7 @@ pkgs=(
   openssh-client       # ssh/ssh-keygen
   nftables             # only to prove the controller's ruleset is untouched
   debian-archive-keyring
+  gpg apt-utils        # the signed fake NVIDIA repository (tests/fixtures/nvidia_repo)
 )
 
 missing=()

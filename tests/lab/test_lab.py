@@ -21,10 +21,6 @@ pytestmark = [pytest.mark.lab, pytest.mark.timeout(900)]
 
 LAB = "selftest"
 
-if os.geteuid() != 0 or not shutil.which("systemd-nspawn") or not shutil.which("apt-cacher-ng"):
-    # Fail, never skip: a lab test that did not run must not look like one that passed.
-    pytest.fail("the lab needs root and tests/lab/install-deps.sh (make test runs it)", pytrace=False)
-
 
 def poll(pred, timeout: float, what: str):
     deadline = time.monotonic() + timeout
@@ -43,6 +39,9 @@ def nft_controller() -> str:
 
 @pytest.fixture(scope="module")
 def lab():
+    if os.geteuid() != 0 or not shutil.which("systemd-nspawn") or not shutil.which("apt-cacher-ng"):
+        # Fail, never skip: a lab test that did not run must not look like one that passed.
+        pytest.fail("the lab needs root and tests/lab/install-deps.sh (make test runs it)", pytrace=False)
     nft_before = nft_controller()
     lb = L.up(LAB, count=2)
     lb.nft_before = nft_before

@@ -1,0 +1,57 @@
+#!/usr/bin/env python3
+"""Ansible inventory of a running nspawn lab (tests/lab): `ansible-playbook -i inventory/lab site.yml`.
+
+The lab is `$OCRFLEET_LAB_NAME` (default `site`). Hosts are grouped by name: `app-N` -> ocr_servers,
+`lb-N` -> ocr_lb. Connection settings come from the lab's own state (key, addresses, apt proxy).
+"""
+
+import json
+import os
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from tests.lab import lab as lab_api
+
+GROUPS = {"app": "ocr_servers", "lb": "ocr_lb"}
+
+
+def inventory() -> dict:
+    name = os.environ.get("OCRFLEET_LAB_NAME", "site")
+    try:
+        lab = lab_api.load(name)
+    except lab_api.LabError as err:
+        # An empty inventory with the reason, rather than a traceback in Ansible's output.
+        print(f"lab_inventory: {err}", file=sys.stderr)
+        return {"_meta": {"hostvars": {}}}
+    groups: dict[str, list[str]] = {g: [] for g in GROUPS.values()}
+    hostvars = {}
+    for h in lab.hosts:
+        group = GROUPS.get(h.name.rsplit("-", 1)[0])
+        if group:
+            groups[group].append(h.name)
+        hostvars[h.name] = {"ansible_host": h.address}
+    return {
+        **{g: {"hosts": hosts} for g, hosts in groups.items()},
+        "all": {
+            "vars": {
+                "ansible_user": "root",
+                "ansible_ssh_private_key_file": lab.key,
+                "ansible_ssh_common_args": (
+                    "-o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null -o IdentitiesOnly=yes"
+                ),
+                "ansible_python_interpreter": "/usr/bin/python3",
+                "lab_name": lab.name,
+                "lab_controller_address": lab.bridge_ip,
+                "lab_subnet": lab.subnet,
+            }
+        },
+        "_meta": {"hostvars": hostvars},
+    }
+
+
+if __name__ == "__main__":
+    if len(sys.argv) > 1 and sys.argv[1] == "--host":
+        print("{}")
+    else:
+        print(json.dumps(inventory(), indent=2))
