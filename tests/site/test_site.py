@@ -42,6 +42,7 @@ def run_site(ctx: dict, *cmdline: str) -> ansible_runner.Runner:
         private_data_dir=str(ctx["runner_dir"]),
         project_dir=str(ROOT),
         playbook=str(ROOT / "site.yml"),
+        binary=str(Path(sys.executable).parent / "ansible-playbook"),  # the venv's pinned Ansible
         inventory=str(ROOT / "inventory" / "lab"),
         extravars=ctx["extravars"],
         envvars={
