@@ -8,6 +8,7 @@ kill -9) are printed in the test output.
 from __future__ import annotations
 
 import json
+import os
 import secrets
 import socket
 import ssl
@@ -42,7 +43,6 @@ def run_site(ctx: dict, *cmdline: str) -> ansible_runner.Runner:
         private_data_dir=str(ctx["runner_dir"]),
         project_dir=str(ROOT),
         playbook=str(ROOT / "site.yml"),
-        binary=str(Path(sys.executable).parent / "ansible-playbook"),  # the venv's pinned Ansible
         inventory=str(ROOT / "inventory" / "lab"),
         extravars=ctx["extravars"],
         envvars={
@@ -50,6 +50,8 @@ def run_site(ctx: dict, *cmdline: str) -> ansible_runner.Runner:
             "OCRFLEET_LAB_NAME": LAB,
             "ANSIBLE_HOME": str(ctx["runner_dir"] / "ansible-home"),
             "ANSIBLE_FORCE_COLOR": "0",
+            # The venv's pinned ansible-playbook, whether or not the venv is activated.
+            "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",
         },
         cmdline=" ".join(cmdline) or None,
         quiet=True,
