@@ -160,9 +160,10 @@ def verify_manifest(root: Path, manifest: dict) -> list[str]:
 def cmd_verify(args: argparse.Namespace) -> int:
     try:
         manifest = json.loads(Path(args.manifest).read_text())
-        assert isinstance(manifest.get("files"), list)
-    except (OSError, ValueError, AssertionError) as err:
-        raise ConfigError(f"cannot read manifest {args.manifest}: {err or 'no files list'}") from None
+    except (OSError, ValueError) as err:
+        raise ConfigError(f"cannot read manifest {args.manifest}: {err}") from None
+    if not isinstance(manifest, dict) or not isinstance(manifest.get("files"), list):
+        raise ConfigError(f"manifest {args.manifest} has no 'files' list")
     problems = verify_manifest(Path(args.dir), manifest)
     for p in problems:
         print(p, file=sys.stderr)

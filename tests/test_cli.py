@@ -56,3 +56,10 @@ def test_ocr_client_prints_text_and_reports_errors(server, tmp_path):
     assert json.loads(r.stdout)["pages"][0]["page"] == 1
     r = run("ocr", doc, "--url", server.url, "--key", "wrong")
     assert r.returncode == 1 and "unauthorized" in r.stderr
+
+
+def test_verify_refuses_a_malformed_manifest(tmp_path):
+    (tmp_path / "m.json").write_text("[]")
+    r = run("verify", tmp_path, tmp_path / "m.json")
+    assert r.returncode == 2
+    assert "has no 'files' list" in r.stderr
