@@ -1,0 +1,117 @@
+"""A bounded load generator: OCR requests with real documents, at a fixed concurrency, to one URL.
+
+A request counts as failed unless it is answered 200 with the document's text (every document carries a
+number that must come back). It runs until `finish()`; at most `max_requests` requests are ever sent.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import httpx
+
+from tests.docs import encode, render
+
+WORDS = ["invoice", "delivery", "receipt", "contract", "statement", "order"]
+
+
+@dataclass
+class Document:
+    body: bytes
+    number: str
+
+
+def documents(n: int = 6) -> list[Document]:
+    out = []
+    for i in range(n):
+        number = f"{4000 + 97 * i}"
+        lines = [f"{WORDS[i % len(WORDS)].title()} number {number}", "ocrfleet rolling upgrade"]
+        page = render(lines, size=32, width=900)
+        out.append(Document(encode(page.image, "PNG"), number))
+    return out
+
+
+@dataclass
+class Load:
+    client: Callable[[], httpx.Client]
+    concurrency: int = 4
+    max_requests: int = 20000
+    docs: list[Document] = field(default_factory=documents)
+    issued: int = 0
+    ok: int = 0
+    failed: int = 0
+    failures: Counter = field(default_factory=Counter)
+    first_failures: list[str] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self._lock = threading.Lock()
+        self._limit = self.max_requests
+        self._threads: list[threading.Thread] = []
+        self.started = 0.0
+        self.seconds = 0.0
+
+    @property
+    def total(self) -> int:
+        return self.ok + self.failed
+
+    @property
+    def exhausted(self) -> bool:
+        """True when the cap ended the load (it may not have covered everything it ran beside)."""
+        return self.issued >= self.max_requests
+
+    def start(self) -> Load:
+        self.started = time.monotonic()
+        for i in range(self.concurrency):
+            t = threading.Thread(target=self._worker, args=(i,), name=f"load-{i}", daemon=True)
+            t.start()
+            self._threads.append(t)
+        return self
+
+    def finish(self, min_total: int) -> None:
+        """Stop once at least min_total requests were sent (and what was sent is answered)."""
+        with self._lock:
+            self._limit = min(self.max_requests, max(self.issued, min_total))
+        for t in self._threads:
+            t.join()
+        self.seconds = time.monotonic() - self.started
+
+    def _ticket(self) -> int | None:
+        with self._lock:
+            if self.issued >= self._limit:
+                return None
+            self.issued += 1
+            return self.issued
+
+    def _record(self, ok: bool, what: str = "") -> None:
+        with self._lock:
+            if ok:
+                self.ok += 1
+            else:
+                self.failed += 1
+                self.failures[what.split(":")[0]] += 1
+                if len(self.first_failures) < 20:
+                    self.first_failures.append(what)
+
+    def _worker(self, index: int) -> None:
+        with self.client() as c:
+            while (n := self._ticket()) is not None:
+                doc = self.docs[n % len(self.docs)]
+                try:
+                    r = c.post(
+                        "/v1/ocr",
+                        content=doc.body,
+                        headers={"Content-Type": "image/png", "X-Request-ID": f"load-{index}-{n}"},
+                    )
+                except httpx.HTTPError as err:
+                    self._record(False, f"{type(err).__name__}: request {n}: {err}")
+                    continue
+                if r.status_code != 200:
+                    self._record(False, f"HTTP {r.status_code}: request {n}: {r.text[:200]}")
+                elif doc.number not in "".join(r.json()["pages"][0]["text"].split()):
+                    self._record(False, f"wrong text: request {n}: {r.json()['pages'][0]['text'][:200]!r}")
+                else:
+                    self._record(True)

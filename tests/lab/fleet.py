@@ -1,0 +1,178 @@
+"""A fleet in the lab: app hosts and a load balancer converged with site.yml (`make demo`, `make test-fleet`).
+
+Playbooks run through ansible-runner against `inventory/lab` with the venv's pinned Ansible; an optional
+progress callback sees one line per play and task as they start.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import ssl
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import ansible_runner
+import httpx
+
+from . import lab as L
+
+ROOT = Path(__file__).resolve().parents[2]
+Progress = Callable[[str], None]
+
+
+class PlaybookFailed(RuntimeError):
+    def __init__(self, playbook: str, runner: ansible_runner.Runner):
+        self.runner = runner
+        self.failures = failures(runner)
+        what = "; ".join(self.failures or ["see its output"])
+        super().__init__(f"{playbook} failed (rc {runner.rc}): {what}")
+
+
+def failures(r: ansible_runner.Runner) -> list[str]:
+    """`host: task: message` of every task that failed and was not ignored or rescued."""
+    out = []
+    for e in r.events:
+        if e.get("event") != "runner_on_failed" or e["event_data"].get("ignore_errors"):
+            continue
+        d = e["event_data"]
+        out.append(f"{d.get('host')}: {d.get('task')}: {str(d.get('res', {}).get('msg', ''))[:500]}")
+    return out
+
+
+def _progress_handler(progress: Progress | None, started: float) -> Callable[[dict], bool]:
+    seen = 0
+
+    def handle(event: dict) -> bool:
+        nonlocal seen
+        if progress is None:
+            return True
+        kind, data = event.get("event"), event.get("event_data", {})
+        stamp = f"{time.monotonic() - started:5.0f}s"
+        if kind == "playbook_on_play_start":
+            progress(f"{stamp}  PLAY {data.get('play', '')}")
+        elif kind == "playbook_on_task_start" and not data.get("is_conditional"):
+            seen += 1
+            role = data.get("role")
+            progress(f"{stamp}  [{seen:3d}] {role + ' : ' if role else ''}{data.get('task', '')}")
+        elif kind == "runner_on_failed" and not data.get("ignore_errors"):
+            msg = str(data.get("res", {}).get("msg", ""))[:300]
+            progress(f"{stamp}        failed on {data.get('host')}: {msg}")
+        return True  # keep every event in the runner's artifacts
+
+    return handle
+
+
+@dataclass
+class Fleet:
+    lab: L.Lab
+    state: Path  # the fleet's CA, API key and runner directories
+    key: str
+
+    @property
+    def apps(self) -> list[str]:
+        return [h.name for h in self.lab.hosts if h.name.startswith("app-")]
+
+    @property
+    def lb_address(self) -> str:
+        return self.lab.host("lb-1").address
+
+    @property
+    def lb_url(self) -> str:
+        return f"https://{self.lb_address}"
+
+    @property
+    def ca_file(self) -> Path:
+        return self.state / "ca" / "ca.crt"
+
+    @property
+    def vars_file(self) -> Path:
+        """The fleet's own variables (its key, its CA), for `ansible-playbook -e @<file>` by hand."""
+        return self.state / "vars.yml"
+
+    def extravars(self) -> dict:
+        return {
+            "ocr_app_api_keys": [{"name": "fleet", "key": self.key}],
+            "nginx_tls_ca_dir": str(self.state / "ca"),
+        }
+
+    def playbook(
+        self, playbook: str, extravars: dict | None = None, *, progress: Progress | None = None, check=True
+    ) -> ansible_runner.Runner:
+        """Run a playbook of the repo (path relative to it) against this fleet."""
+        runner_dir = self.state / "runner"
+        runner_dir.mkdir(parents=True, exist_ok=True)
+        r = ansible_runner.run(
+            private_data_dir=str(runner_dir),
+            project_dir=str(ROOT),
+            playbook=str(ROOT / playbook),
+            inventory=str(ROOT / "inventory" / "lab"),
+            extravars={**self.extravars(), **(extravars or {})},
+            envvars={
+                "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"),
+                "OCRFLEET_LAB_NAME": self.lab.name,
+                "ANSIBLE_HOME": str(runner_dir / "ansible-home"),
+                "ANSIBLE_FORCE_COLOR": "0",
+                # The venv's pinned ansible-playbook, whether or not the venv is activated.
+                "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",
+            },
+            event_handler=_progress_handler(progress, time.monotonic()),
+            quiet=True,
+        )
+        if check and r.rc != 0:
+            raise PlaybookFailed(playbook, r)
+        return r
+
+    def client(self, timeout: float = 120) -> httpx.Client:
+        """An HTTPS client for the load balancer that verifies it against the fleet's CA."""
+        return httpx.Client(
+            base_url=self.lb_url,
+            verify=ssl.create_default_context(cafile=str(self.ca_file)),
+            headers={"Authorization": f"Bearer {self.key}"},
+            timeout=timeout,
+        )
+
+    def host_health(self, host: str, port: int = 8000) -> dict:
+        """/healthz of an app instance, read on the host itself (instances listen on loopback)."""
+        script = (
+            "import urllib.request,urllib.error,sys\n"
+            f"try: r=urllib.request.urlopen('http://127.0.0.1:{port}/healthz',timeout=10)\n"
+            "except urllib.error.HTTPError as e: r=e\n"
+            "sys.stdout.write(r.read().decode())\n"
+        )
+        out = self.lab.exec(host, ["python3", "-c", script]).stdout
+        return json.loads(out)
+
+
+def up(
+    name: str, apps: int, state: Path, *, progress: Progress | None = None, extravars: dict | None = None
+) -> Fleet:
+    """Boot `apps` app hosts and one load balancer and converge site.yml on them (CPU engine)."""
+    state.mkdir(parents=True, exist_ok=True)
+    os.chmod(state, 0o700)
+    key_file = state / "api-key"
+    if not key_file.exists():
+        key_file.write_text("ocr_" + secrets.token_urlsafe(32) + "\n")
+        os.chmod(key_file, 0o600)
+    key = key_file.read_text().strip()
+    if progress:
+        progress(f"booting {apps} app hosts and 1 load balancer (lab {name!r})")
+    lab = L.up(name, hosts=[f"app-{i}" for i in range(1, apps + 1)] + ["lb-1"])
+    fleet = Fleet(lab=lab, state=state, key=key)
+    fleet.vars_file.write_text(json.dumps(fleet.extravars(), indent=2) + "\n")  # JSON is YAML
+    os.chmod(fleet.vars_file, 0o600)
+    fleet.playbook("site.yml", extravars, progress=progress)
+    return fleet
+
+
+def load(name: str, state: Path) -> Fleet:
+    """The fleet of a running lab (after `up`)."""
+    return Fleet(lab=L.load(name), state=state, key=(state / "api-key").read_text().strip())
+
+
+def down(name: str) -> None:
+    L.down(name)
