@@ -1,4 +1,4 @@
-# ocrfleet: `make demo` runs the service locally; `make test` sets everything up and runs every check.
+# ocrfleet: `make demo` boots a local fleet in the lab; `make test` sets everything up and runs every check.
 SHELL := /bin/bash
 .SHELLFLAGS := -eu -o pipefail -c
 .DEFAULT_GOAL := help
@@ -10,7 +10,7 @@ PIP_VERSION := 26.3
 # Rebuilt whenever the pinned dependencies change.
 VENV_STAMP := $(VENV)/.ocrfleet-$(shell sha256sum pyproject.toml | cut -c1-12)
 
-.PHONY: help demo test test-app test-lab test-roles test-site lint bench venv system-deps lab-deps wheelhouse clean
+.PHONY: help browser-deps demo demo-down demo-local test test-fleet test-app test-web test-vllm test-lab test-roles test-site lint bench bench-vllm venv vllm-venv system-deps lab-deps wheelhouse clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -27,36 +27,70 @@ venv: $(VENV_STAMP)  ## the virtualenv with the app and its tools
 system-deps:  ## Debian packages for the tests and the demo (fonts, venv)
 	scripts/install-system-deps.sh
 
+browser-deps:  ## Debian's chromium and chromedriver, for make test-web
+	scripts/install-system-deps.sh browser
+
 lab-deps:  ## what the nspawn lab needs on this machine (root)
 	tests/lab/install-deps.sh
 
-demo: system-deps venv  ## run the OCR service locally with the CPU engine and OCR a sample
-	$(BIN)/python scripts/demo.py
+demo: system-deps lab-deps venv wheelhouse  ## a local fleet: 2 app hosts + HAProxy in the lab, OCR through it (root)
+	$(BIN)/python scripts/demo.py up
 
-lint: venv  ## ruff, formatting, yamllint and ansible-lint (production profile)
+demo-down:  ## tear the demo fleet down
+	$(BIN)/python scripts/demo.py down
+
+demo-local: system-deps venv  ## just the service on this machine (no root), one OCR, until Ctrl-C
+	$(BIN)/python scripts/demo_local.py
+
+lint: venv  ## ruff, formatting, yamllint, ansible-lint (production profile), promtool on the alert rules
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/yamllint --strict .
 	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/ansible-lint --profile production -q
+	promtool="$$(scripts/install-promtool.sh)"; \
+	  "$$promtool" check rules files/prometheus/ocrfleet-alerts.yml; \
+	  "$$promtool" test rules files/prometheus/ocrfleet-alerts.test.yml
 
 test-app: system-deps venv  ## the service's tests (no root needed)
-	$(BIN)/pytest -m "not lab" tests
+	$(BIN)/pytest -m "not lab and not browser" tests
+
+test-web: system-deps browser-deps venv  ## the web page at / in headless Chromium, against the real app (no root needed)
+	$(BIN)/pytest -m browser tests/web
+
+# vLLM's CPU build, cached outside the repo by a hash of the pins (tests/vllm/venv.py); the app runs from
+# the checkout. The test workarounds (tests/vllm/sitecustomize.py) come in through PYTHONPATH.
+VLLM_RUN = venv="$$($(PYTHON) tests/vllm/venv.py)"; PYTHONPATH="$(CURDIR):$(CURDIR)/tests/vllm" "$$venv/bin/python"
+
+vllm-venv:  ## the vLLM (CPU build) test venv: built once (~5 min), then reused while the pins hold
+	$(PYTHON) tests/vllm/venv.py
+
+test-vllm: system-deps  ## engine vllm on vLLM's CPU build with a tiny LightOnOCR model, real HTTP (no root)
+	$(VLLM_RUN) -m pytest tests/vllm
 
 test-lab: lab-deps venv  ## the nspawn lab's self-test (root)
 	$(BIN)/pytest -m lab tests/lab
 
-test: system-deps lab-deps venv wheelhouse  ## everything, from nothing: lint, app, lab, roles, site
+test: system-deps lab-deps venv wheelhouse  ## everything, from nothing: lint, app, vllm, web, lab, roles, site, fleet
 	$(MAKE) lint
 	$(MAKE) test-app
+	$(MAKE) test-vllm
+	$(MAKE) test-web
 	$(MAKE) test-lab
 	$(MAKE) test-roles
 	$(MAKE) test-site
+	$(MAKE) test-fleet
+
+test-fleet: lab-deps venv wheelhouse  ## rolling upgrades under load through HAProxy on 3+1 lab hosts (root)
+	$(BIN)/pytest -s -m lab tests/fleet
 
 test-site: lab-deps venv wheelhouse  ## site.yml on two lab hosts, verified from outside (root)
 	$(BIN)/pytest -s -m lab tests/site
 
 bench: system-deps venv  ## throughput and latency ratios, measured side by side
 	$(BIN)/python -m bench.run
+
+bench-vllm: system-deps  ## engine vllm in-process vs `vllm serve` (same install, model, client): ratio at c=1, 4
+	$(VLLM_RUN) -m bench.vllm
 
 clean:  ## remove the virtualenv and caches (the lab's image cache stays)
 	rm -rf $(VENV) .pytest_cache .ruff_cache .demo

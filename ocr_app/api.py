@@ -21,7 +21,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from . import __version__, systemd
+from . import __version__, systemd, web
 from .admission import Admission
 from .auth import KeyStore, require_caller
 from .config import Settings
@@ -36,7 +36,7 @@ from .documents import (
     normalise_media_type,
     parse_page_selection,
 )
-from .engines import Engine, create_engine
+from .engines import Engine, EngineError, create_engine
 from .logs import request_id_var
 from .metrics import Metrics
 from .results import (
@@ -81,7 +81,11 @@ class AppState:
         )
         self.metrics = Metrics()
         self.metrics.track(
-            lambda: self.admission.inflight, lambda: self.admission.queued, lambda: self.engine.pages_done
+            lambda: self.admission.inflight,
+            lambda: self.admission.queued,
+            lambda: self.engine.pages_done,
+            engine_retries=lambda: self.engine.retries,
+            engine_collector=engine.metrics_collector(),
         )
         self.metrics.info.labels(VERSION, engine.name, engine.model).set(1)
         self.preprocess_pool = ThreadPoolExecutor(
@@ -89,6 +93,7 @@ class AppState:
         )
         self.status = "loading"  # -> ready | unhealthy
         self.stopping = False
+        engine.on_fatal = self.fatal  # a backend that dies between requests (vLLM's engine core)
 
     def health_status(self) -> str:
         if self.status == "ready" and (self.stopping or self.admission.draining):
@@ -135,6 +140,12 @@ class AppState:
     def reload_keys(self) -> None:
         if self.keys is not None:
             self.keys.reload(force=True)
+
+
+def _free_memory_mb(engine: Engine) -> int:
+    """The engine's device (a GPU's free memory), else the host's available memory."""
+    device = engine.available_memory_mb()
+    return device if device is not None else _available_memory_mb()
 
 
 def _available_memory_mb() -> int:
@@ -220,6 +231,11 @@ class RequestContext:
                 "error": req_state.get("error"),
             },
         )
+
+
+def _check_max_tokens(max_tokens: int | None, cap: int) -> None:
+    if max_tokens is not None and max_tokens > cap:
+        raise invalid_parameter(f"max_tokens must be at most {cap} (vllm_max_tokens_cap)")
 
 
 def _check_declared_length(request: Request, limit: int) -> None:
@@ -319,6 +335,10 @@ def create_app(
         request: Request,
         caller: str = Depends(require_caller),
         pages: str | None = Query(None, description="PDF/TIFF pages, e.g. 1-3,5", max_length=200),
+        preview: bool = Query(False, description="each page's image as the engine saw it, as a data URL"),
+        max_tokens: int | None = Query(
+            None, ge=1, description="vllm engine: the most tokens the model may write per page"
+        ),
     ) -> OcrResponse:
         started = time.perf_counter()
         s = state.settings
@@ -331,6 +351,7 @@ def create_app(
                 f"with a 'file' field, or one of {', '.join(SUPPORTED_TYPES)}"
             )
         selection = parse_page_selection(pages, s.max_pages)
+        _check_max_tokens(max_tokens, s.vllm_max_tokens_cap)
         _check_declared_length(request, s.max_upload_bytes)  # refused before a byte of it is read
 
         cancel = threading.Event()
@@ -344,17 +365,26 @@ def create_app(
                     body, media_type = extract_multipart_file(body, request.headers["content-type"])
                 media_type = classify(body, media_type)
                 images = await loop.run_in_executor(
-                    state.preprocess_pool, load_pages, body, media_type, selection, state.limits, cancel
+                    state.preprocess_pool,
+                    load_pages,
+                    body,
+                    media_type,
+                    selection,
+                    state.limits,
+                    cancel,
+                    preview,
                 )
                 del body
                 request.state.pages = len(images)
                 t_inf = time.perf_counter()
-                engine_pages = await state.engine.recognize(images)
+                engine_pages = await state.engine.recognize(images, max_tokens=max_tokens)
                 t_done = time.perf_counter()
         except TimeoutError:
             raise timeout(s.request_timeout_s) from None
         except Cancelled:
             raise timeout(s.request_timeout_s) from None
+        except EngineError:  # the engine died under this request; fatal() has been called
+            raise not_ready("unhealthy") from None
         finally:
             cancel.set()  # stops a preprocessing thread between pages once we no longer wait for it
 
@@ -368,6 +398,7 @@ def create_app(
                 text=ep.text if ep.text is not None else "\n".join(ln.text for ln in ep.lines),
                 lines=[Line(text=ln.text, bbox=ln.bbox, confidence=ln.confidence) for ln in ep.lines],
                 warnings=ep.warnings,
+                preview=img.preview,
             )
             for img, ep in zip(images, engine_pages, strict=True)
         ]
@@ -394,7 +425,7 @@ def create_app(
             engine=state.engine.name,
             model=state.engine.model,
             device=state.engine.device,
-            available_memory_mb=_available_memory_mb(),
+            available_memory_mb=_free_memory_mb(state.engine),
             version=VERSION,
             inflight=state.admission.inflight,
             queued=state.admission.queued,
@@ -409,4 +440,5 @@ def create_app(
     async def metrics() -> Response:
         return Response(generate_latest(state.metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
+    app.include_router(web.router())  # the page at / (public: its own API calls carry the key)
     return app

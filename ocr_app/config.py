@@ -17,6 +17,8 @@ from pydantic_settings import (
 )
 
 MiB = 1024 * 1024
+# The prompt of a 1540x1540 page for LightOnOCR: 55 x 55 image tokens after the 2x2 merge, and the template.
+VLLM_PAGE_TOKENS = 3100
 
 # The YAML file to read for the next Settings() call; set by load_settings().
 _config_file: ContextVar[Path | None] = ContextVar("ocr_app_config_file", default=None)
@@ -46,6 +48,29 @@ class Settings(BaseSettings):
     rapidocr_det_limit_type: Literal["max", "min"] = "max"
     rapidocr_det_limit_side: int = Field(1536, ge=32, le=4096)
 
+    # The vllm engine: LightOnOCR-2-1B in-process (vLLM AsyncLLM). Defaults are the model card's.
+    vllm_dtype: Literal["bfloat16", "float16", "float32"] = "bfloat16"
+    # Context: a 1540x1540 page is ~3k image tokens, plus the answer (vllm_max_tokens_cap).
+    vllm_max_model_len: int = Field(8192, ge=1024, le=65536)
+    vllm_max_num_seqs: int = Field(64, ge=1, le=4096)  # pages decoded together (the batch)
+    vllm_gpu_memory_utilization: float = Field(0.85, gt=0.0, le=1.0)
+    vllm_enforce_eager: bool = False  # true: no CUDA graphs / torch.compile (faster start, slower pages)
+    vllm_max_tokens: int = Field(4096, ge=1)  # per page, unless the request asks for fewer/more
+    vllm_max_tokens_cap: int = Field(4096, ge=1)  # the most a request's max_tokens may ask for
+    vllm_temperature: float = Field(0.2, ge=0.0, le=2.0)
+    vllm_top_p: float = Field(0.9, gt=0.0, le=1.0)
+    # A degenerate page (max_tokens reached, or a repetition loop) is retried once per entry.
+    vllm_retry_temperatures: list[float] = Field(default_factory=lambda: [0.5, 0.8], max_length=8)
+    # A repetition loop: an n-gram of at most loop_max_ngram tokens repeated at least loop_min_repeats
+    # times in a row, covering at least loop_min_tokens tokens.
+    vllm_loop_max_ngram: int = Field(64, ge=1, le=1024)
+    vllm_loop_min_repeats: int = Field(8, ge=2)
+    vllm_loop_min_tokens: int = Field(256, ge=2)
+    # Line boxes from the cpu extra's detector (rapidocr_* settings) aligned to the model's lines.
+    vllm_grounding: bool = True
+    # The warm-up must read the built-in sample back (false for models that cannot, e.g. test ones).
+    vllm_warmup_check_text: bool = True
+
     # Auth
     api_keys_file: Path | None = None
     auth_disabled: bool = False
@@ -65,6 +90,21 @@ class Settings(BaseSettings):
     drain_file: Path | None = Path("/run/ocr-app/drain")
     shutdown_grace_s: float = Field(30.0, ge=0)
     log_level: Literal["debug", "info", "warning", "error"] = "info"
+
+    @model_validator(mode="after")
+    def _vllm_is_consistent(self) -> Settings:
+        if self.engine == "vllm" and self.model_path is None:
+            raise ValueError("model_path is required for engine vllm")
+        if self.vllm_max_tokens > self.vllm_max_tokens_cap:
+            raise ValueError("vllm_max_tokens must not exceed vllm_max_tokens_cap")
+        if self.vllm_max_tokens_cap + VLLM_PAGE_TOKENS > self.vllm_max_model_len:
+            raise ValueError(
+                f"vllm_max_model_len must hold a page ({VLLM_PAGE_TOKENS} tokens at 1540 px) "
+                "plus vllm_max_tokens_cap"
+            )
+        if any(not 0.0 <= t <= 2.0 for t in self.vllm_retry_temperatures):
+            raise ValueError("vllm_retry_temperatures must lie between 0 and 2")
+        return self
 
     @model_validator(mode="after")
     def _auth_is_explicit(self) -> Settings:

@@ -7,6 +7,7 @@ a header read.
 
 from __future__ import annotations
 
+import base64
 import re
 import threading
 from dataclasses import dataclass
@@ -37,6 +38,9 @@ Image.MAX_IMAGE_PIXELS = None
 _PDFIUM_LOCK = threading.Lock()
 
 _EXIF_ORIENTATION = 0x0112
+# `preview=true`: the page the engine saw, small enough to send back inside the JSON.
+PREVIEW_MAX_SIDE = 1024
+PREVIEW_JPEG_QUALITY = 80
 _SELECTION_RE = re.compile(r"^\s*\d+\s*(-\s*\d+\s*)?(,\s*\d+\s*(-\s*\d+\s*)?)*$")
 
 
@@ -58,6 +62,7 @@ class PageImage:
     image: Image.Image  # RGB, longest side <= max_image_side
     width: int  # the page as sent (after EXIF orientation); PDF pages at pdf_dpi
     height: int
+    preview: str | None = None  # a JPEG data URL of `image` (longest side <= PREVIEW_MAX_SIDE), if asked
 
 
 def normalise_media_type(header: str | None) -> str:
@@ -167,10 +172,29 @@ def load_pages(
     selection: list[int] | None,
     limits: Limits,
     cancel: threading.Event | None = None,
+    preview: bool = False,
 ) -> list[PageImage]:
     if media_type == PDF_TYPE:
-        return _pdf_pages(data, selection, limits, cancel)
-    return _raster_pages(data, selection, limits, cancel)
+        pages = _pdf_pages(data, selection, limits, cancel)
+    else:
+        pages = _raster_pages(data, selection, limits, cancel)
+    if preview:
+        for page in pages:
+            _check_cancel(cancel)
+            page.preview = preview_data_url(page.image)
+    return pages
+
+
+def preview_data_url(image: Image.Image) -> str:
+    """`data:image/jpeg;base64,...` of the image the engine sees (EXIF applied, PDF rendered), longest
+    side at most PREVIEW_MAX_SIDE: the picture that a page's normalised bboxes are drawn over."""
+    if max(image.size) > PREVIEW_MAX_SIDE:
+        f = PREVIEW_MAX_SIDE / max(image.size)
+        size = (max(1, round(image.width * f)), max(1, round(image.height * f)))
+        image = image.resize(size, Image.Resampling.BILINEAR, reducing_gap=2.0)
+    buf = BytesIO()
+    image.save(buf, format="JPEG", quality=PREVIEW_JPEG_QUALITY, optimize=True)
+    return "data:image/jpeg;base64," + base64.b64encode(buf.getvalue()).decode("ascii")
 
 
 def _select(selection: list[int] | None, count: int, limits: Limits) -> list[int]:
@@ -296,4 +320,5 @@ __all__ = [
     "load_pages",
     "normalise_media_type",
     "parse_page_selection",
+    "preview_data_url",
 ]

@@ -44,22 +44,35 @@ class Metrics:
         )
 
     def track(
-        self, inflight: Callable[[], float], queued: Callable[[], float], engine_pages: Callable[[], float]
+        self,
+        inflight: Callable[[], float],
+        queued: Callable[[], float],
+        engine_pages: Callable[[], float],
+        engine_retries: Callable[[], float] | None = None,
+        engine_collector: Collector | None = None,
     ) -> None:
         self.inflight.set_function(inflight)
         self.queue_depth.set_function(queued)
-        self.registry.register(_EnginePages(engine_pages))
+        # Read from the engine itself: shows that abandoned work stops.
+        pages_doc = "Pages the engine ran, including those of timed-out requests"
+        self.registry.register(_EngineCounter("ocr_engine_pages", pages_doc, engine_pages))
+        if engine_retries is not None:
+            self.registry.register(
+                _EngineCounter(
+                    "ocr_engine_retries",
+                    "Pages run again after a degenerate answer (max_tokens reached or a repetition loop)",
+                    engine_retries,
+                )
+            )
+        if engine_collector is not None:  # the backend's own metrics (vLLM's), exported beside ours
+            self.registry.register(engine_collector)
 
 
-class _EnginePages(Collector):
-    """Pages the engine ran, read from the engine itself: shows that abandoned work stops."""
-
-    def __init__(self, read: Callable[[], float]):
+class _EngineCounter(Collector):
+    def __init__(self, name: str, documentation: str, read: Callable[[], float]):
+        self.name = name
+        self.documentation = documentation
         self.read = read
 
     def collect(self):
-        yield CounterMetricFamily(
-            "ocr_engine_pages",
-            "Pages the engine ran, including those of timed-out requests",
-            value=self.read(),
-        )
+        yield CounterMetricFamily(self.name, self.documentation, value=self.read())

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, SerializerFunctionWrapHandler, model_serializer
 
 
 class Line(BaseModel):
@@ -23,6 +23,19 @@ class Page(BaseModel):
     text: str = Field(description="all lines, in reading order, joined by newlines")
     lines: list[Line]
     warnings: list[str] = Field(default_factory=list)
+    preview: str | None = Field(
+        None,
+        description="with preview=true only (absent otherwise): the page image the engine saw (EXIF "
+        "applied, PDF rendered) as a JPEG data URL, longest side at most 1024 px; what bbox refers to",
+    )
+
+    @model_serializer(mode="wrap")
+    def _omit_preview_unless_asked(self, handler: SerializerFunctionWrapHandler):
+        # Absent rather than null: responses without preview=true stay exactly as they were.
+        data = handler(self)
+        if self.preview is None:
+            data.pop("preview", None)
+        return data
 
 
 class Timings(BaseModel):

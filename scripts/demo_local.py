@@ -1,4 +1,4 @@
-"""`make demo`: the OCR service on this machine with the CPU engine, a fresh API key, and one OCR.
+"""`make demo-local`: the OCR service on this machine with the CPU engine, a fresh API key, and one OCR.
 
 Runs until Ctrl-C, then stops the service gracefully. `--once` stops after the first OCR.
 """

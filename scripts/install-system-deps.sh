@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
 # Debian packages that `make test` and `make demo` need on the controller. Idempotent.
+#   scripts/install-system-deps.sh            the base set
+#   scripts/install-system-deps.sh browser    plus a headless browser for make test-web (~380 MB)
 set -euo pipefail
 
 pkgs=(
@@ -7,6 +9,12 @@ pkgs=(
   fonts-dejavu-core   # Latin test documents
   fonts-wqy-microhei  # Chinese and Japanese test documents
 )
+if [ "${1:-}" = browser ]; then
+  pkgs+=(
+    chromium          # make test-web: the web page in a real (headless) browser,
+    chromium-driver   # driven by selenium through chromedriver
+  )
+fi
 
 sudo=""
 [ "$(id -u)" = 0 ] || sudo="sudo"

@@ -23,14 +23,16 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def add_key(keys_file: Path, name: str) -> str:
+def add_key(keys_file: Path, name: str, command: tuple[str, ...] = (OCR_APP,)) -> str:
     out = subprocess.run(
-        [OCR_APP, "keys", "add", name, "--file", str(keys_file)], capture_output=True, text=True, check=True
+        [*command, "keys", "add", name, "--file", str(keys_file)], capture_output=True, text=True, check=True
     )
     return out.stdout.strip().splitlines()[-1]
 
 
 class Server:
+    command: tuple[str, ...] = (OCR_APP,)  # how to run `ocr-app`
+
     def __init__(self, workdir: Path, **settings):
         self.workdir = workdir
         workdir.mkdir(parents=True, exist_ok=True)
@@ -38,7 +40,7 @@ class Server:
         self.drain_file = workdir / "drain"
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        self.key = add_key(self.keys_file, "tests")
+        self.key = add_key(self.keys_file, "tests", self.command)
         self.config = {
             "port": self.port,
             "api_keys_file": str(self.keys_file),
@@ -57,7 +59,7 @@ class Server:
             k: v for k, v in os.environ.items() if not k.startswith(("OCR_APP_", "NOTIFY_", "WATCHDOG_"))
         } | (env or {})
         self.proc = subprocess.Popen(
-            [OCR_APP, "serve", "--config", str(self.config_file)],
+            [*self.command, "serve", "--config", str(self.config_file)],
             stdout=self.log_file.open("ab"),
             stderr=subprocess.STDOUT,
             env=env,

@@ -1,4 +1,4 @@
-"""`make demo` keeps working: the script it runs, end to end, stopping after the first OCR."""
+"""`make demo-local` keeps working: the script it runs, end to end, stopping after the first OCR."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ def test_demo_prints_ocr_text_url_and_key(tmp_path):
     r = subprocess.run(
         [
             sys.executable,
-            str(ROOT / "scripts" / "demo.py"),
+            str(ROOT / "scripts" / "demo_local.py"),
             "--once",
             "--port",
             "0",

@@ -204,7 +204,17 @@ def test_startup_notify_watchdog_and_sigterm_with_work_in_flight(tmp_path, heavy
 
 
 def test_engine_that_cannot_load_exits_nonzero(tmp_path):
+    # engine vllm in a venv without vLLM (this one): a clear reason, and an exit for systemd to act on.
+    model = tmp_path / "model"
+    model.mkdir()
+    srv = Server(tmp_path / "srv", engine="vllm", model_path=str(model))
+    srv.start(wait_ready=False)
+    assert srv.proc.wait(120) == 1
+    assert "vLLM is not installed: install ocr-app[vllm]" in srv.logs()
+
+
+def test_engine_vllm_without_a_model_is_a_configuration_error(tmp_path):
     srv = Server(tmp_path, engine="vllm")
     srv.start(wait_ready=False)
-    assert srv.proc.wait(120) != 0
-    assert "vllm" in srv.logs()
+    assert srv.proc.wait(60) == 2
+    assert "model_path is required for engine vllm" in srv.logs()

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import base64
+import io
+
 import jiwer
 import pytest
 from PIL import Image
@@ -151,3 +154,71 @@ def test_sent_request_id_must_be_sane(server):
     rid = r.headers["x-request-id"]
     assert rid != "bad id" and len(rid) == 32
     assert r.json()["error"]["request_id"] == rid
+
+
+def decode_preview(page: dict) -> Image.Image:
+    head, _, b64 = page["preview"].partition(",")
+    assert head == "data:image/jpeg;base64"
+    im = Image.open(io.BytesIO(base64.b64decode(b64, validate=True)))
+    assert im.format == "JPEG"
+    im.load()
+    return im
+
+
+def assert_preview_is_the_page(page: dict) -> Image.Image:
+    im = decode_preview(page)
+    assert max(im.size) <= 1024
+    assert im.width / im.height == pytest.approx(page["width"] / page["height"], rel=0.01)
+    # The boxes are drawn over this picture: ink inside each line's box, paper outside all of them.
+    gray = im.convert("L")
+    for line in page["lines"]:
+        x0, y0, x1, y1 = line["bbox"]
+        box = gray.crop((x0 * im.width, y0 * im.height, x1 * im.width, y1 * im.height))
+        assert box.getextrema()[0] < 100, line["text"]
+    below_last = max(line["bbox"][3] for line in page["lines"])
+    assert gray.crop((0, (below_last + 0.02) * im.height, im.width, im.height)).getextrema()[0] > 200
+    return im
+
+
+@pytest.mark.parametrize(
+    ("data", "ctype"),
+    [
+        pytest.param(lambda doc: encode(doc.image, "PNG"), "image/png", id="png"),
+        pytest.param(lambda doc: jpeg_with_orientation(doc.image, 6), "image/jpeg", id="exif-rotated-jpeg"),
+    ],
+)
+def test_preview_is_the_page_the_boxes_refer_to(server, data, ctype):
+    doc = render(TEXTS["en"], size=60, width=2400)  # larger than max_image_side and the preview
+    r = server.ocr(data(doc), ctype, params={"preview": "true"})
+    assert r.status_code == 200, r.text
+    [page] = r.json()["pages"]
+    assert (page["width"], page["height"]) == doc.image.size
+    assert len(page["lines"]) == len(doc.lines)
+    im = assert_preview_is_the_page(page)
+    assert max(im.size) == 1024
+
+
+def test_preview_of_each_pdf_page(server):
+    docs = [render([TEXTS["en"][0], "First page"]), render(["Second page", "of two"], width=900)]
+    r = server.ocr(pdf([d.image for d in docs]), "application/pdf", params={"preview": "1"})
+    assert r.status_code == 200, r.text
+    pages = r.json()["pages"]
+    assert [p["page"] for p in pages] == [1, 2]
+    shapes = [assert_preview_is_the_page(p).size for p in pages]
+    assert shapes[0][0] / shapes[0][1] != pytest.approx(shapes[1][0] / shapes[1][1], rel=0.1)
+
+
+@pytest.mark.parametrize("params", [{}, {"preview": "false"}])
+def test_no_preview_unless_asked(server, params):
+    r = server.ocr(encode(render(TEXTS["en"][:1]).image, "PNG"), "image/png", params=params)
+    assert r.status_code == 200
+    [page] = r.json()["pages"]
+    assert set(page) == {"page", "width", "height", "text", "lines", "warnings"}
+
+
+@pytest.mark.parametrize("value", ["maybe", "", "2"])
+def test_bad_preview_value_is_422(server, value):
+    r = server.ocr(encode(render(TEXTS["en"][:1]).image, "PNG"), "image/png", params={"preview": value})
+    assert r.status_code == 422, r.text
+    assert r.json()["error"]["code"] == "invalid_parameter"
+    assert "preview" in r.json()["error"]["message"]

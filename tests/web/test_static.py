@@ -1,0 +1,80 @@
+"""The page's files as HTTP serves them: public, strict headers, cached with revalidation (make test-app)."""
+
+from __future__ import annotations
+
+import fnmatch
+import re
+import tomllib
+from importlib.resources import files
+from pathlib import Path
+
+import httpx
+import pytest
+
+from ..server import Server
+
+WEB = files("ocr_app.web")
+ASSETS = {
+    "/": "text/html; charset=utf-8",
+    "/web/app.js": "text/javascript; charset=utf-8",
+    "/web/style.css": "text/css; charset=utf-8",
+    "/web/favicon.svg": "image/svg+xml",
+}
+
+
+@pytest.mark.parametrize(("path", "ctype"), ASSETS.items())
+def test_page_and_assets_are_public_with_strict_headers(server: Server, path, ctype):
+    r = httpx.get(server.url + path)  # no key: the page is public, its API calls carry the key
+    assert r.status_code == 200, r.text
+    assert r.headers["content-type"] == ctype
+    assert r.headers["x-content-type-options"] == "nosniff"
+    csp = dict(d.strip().split(" ", 1) for d in r.headers["content-security-policy"].split(";"))
+    assert csp["default-src"] == "'none'"
+    assert csp["script-src"] == csp["style-src"] == csp["connect-src"] == "'self'"
+    assert csp["frame-ancestors"] == "'none'"
+    assert "unsafe" not in r.headers["content-security-policy"]
+    assert r.headers["cache-control"] == "no-cache"
+    # Revalidation: the same ETag answers 304 without a body.
+    etag = r.headers["etag"]
+    again = httpx.get(server.url + path, headers={"If-None-Match": f'W/"other", {etag}'})
+    assert (again.status_code, again.content, again.headers["etag"]) == (304, b"", etag)
+
+
+def test_index_loads_only_its_own_files(server: Server):
+    html = httpx.get(server.url + "/").text
+    assert sorted(re.findall(r'(?:src|href)="([^"]+)"', html)) == sorted(
+        ["web/app.js", "web/style.css", "web/favicon.svg", "docs", "docs"]
+    )
+    assert "<script>" not in html and " style=" not in html  # nothing inline: the CSP would block it
+
+
+@pytest.mark.parametrize("name", ["index.html", "app.js", "style.css"])
+def test_works_offline_and_keeps_the_key_out_of_persistent_storage(name):
+    text = WEB.joinpath(name).read_text().replace('"http://www.w3.org/2000/svg"', "")  # a name, not a URL
+    assert not re.search(r"(https?:)?//[a-z0-9.-]+\.[a-z]{2,}", text, re.I), "no CDN or remote resource"
+    if name == "app.js":
+        assert "sessionStorage" in text
+        assert "localStorage" not in text and "document.cookie" not in text
+        assert "innerHTML" not in text  # API data goes in as text only
+
+
+@pytest.mark.parametrize("path", ["/web/index.html", "/web/nope.js", "/web/../api.py", "/index.html"])
+def test_other_paths_are_json_404(server: Server, path):
+    r = httpx.get(server.url + path)
+    assert r.status_code == 404
+    assert r.json()["error"]["code"] == "not_found"
+
+
+def test_page_is_not_in_the_api_schema(server: Server):
+    paths = httpx.get(server.url + "/openapi.json").json()["paths"]
+    assert "/" not in paths and not any(p.startswith("/web") for p in paths)
+
+
+def test_wheel_ships_every_web_file():
+    # The hosts install the app from a wheel: a file that pyproject's package-data misses is a broken page.
+    pyproject = tomllib.loads((Path(__file__).parents[2] / "pyproject.toml").read_text())
+    globs = pyproject["tool"]["setuptools"]["package-data"]["ocr_app.web"]
+    shipped = [p.name for p in WEB.iterdir() if p.is_file() and not p.name.endswith((".py", ".pyc"))]
+    assert shipped
+    for name in shipped:
+        assert any(fnmatch.fnmatch(name, g) for g in globs), f"{name} is not in package-data"
