@@ -70,15 +70,19 @@ test-vllm: system-deps  ## engine vllm on vLLM's CPU build with a tiny LightOnOC
 test-lab: lab-deps venv  ## the nspawn lab's self-test (root)
 	$(BIN)/pytest -m lab tests/lab
 
+# Each stage's duration is printed as it ends and all of them at the end, so the 60-minute budget stays visible.
+TEST_STAGES := lint test-app test-vllm test-web test-lab test-roles test-site test-fleet
+
 test: system-deps lab-deps venv wheelhouse  ## everything, from nothing: lint, app, vllm, web, lab, roles, site, fleet
-	$(MAKE) lint
-	$(MAKE) test-app
-	$(MAKE) test-vllm
-	$(MAKE) test-web
-	$(MAKE) test-lab
-	$(MAKE) test-roles
-	$(MAKE) test-site
-	$(MAKE) test-fleet
+	@times=(); total=$$(date +%s); \
+	for stage in $(TEST_STAGES); do \
+	  start=$$(date +%s); \
+	  $(MAKE) --no-print-directory $$stage; \
+	  took=$$(( $$(date +%s) - start )); times+=("$$stage $$took s"); \
+	  echo "=== [make test] $$stage: $$took s (so far $$(( $$(date +%s) - total )) s)"; \
+	done; \
+	echo "=== [make test] stages:"; printf '    %s\n' "$${times[@]}"; \
+	echo "=== [make test] total: $$(( $$(date +%s) - total )) s (setup before the stages not counted)"
 
 test-fleet: lab-deps venv wheelhouse  ## rolling upgrades under load through HAProxy on 3+1 lab hosts (root)
 	$(BIN)/pytest -s -m lab tests/fleet

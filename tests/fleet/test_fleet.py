@@ -9,74 +9,18 @@ may fail in either rollout. Prints `failed_requests=F total_requests=N` once, fo
 
 from __future__ import annotations
 
-import csv
-import io
-import subprocess
-import sys
 import time
-from pathlib import Path
 
 import pytest
 
+from tests.fleet.conftest import ROOT, current_release, lb_servers, say, task_order
 from tests.fleet.load import Load
 from tests.fleet.releases import break_reading, derive_wheelhouse
 from tests.lab import fleet as F
 
 pytestmark = [pytest.mark.lab, pytest.mark.timeout(3600)]
 
-ROOT = Path(__file__).resolve().parents[2]
-LAB = "fleet"
-APPS = 3
 MIN_REQUESTS = 500
-
-
-def say(msg: str) -> None:
-    print(f"[fleet] {msg}", flush=True)
-
-
-def lb_servers(fleet: F.Fleet) -> dict[str, dict]:
-    """HAProxy's view of backend ocr_servers, from its runtime API on the load balancer host."""
-    out = fleet.lab.exec("lb-1", ["socat", "stdio", "/run/haproxy/admin.sock"], input="show stat\n").stdout
-    rows = csv.DictReader(io.StringIO(out.removeprefix("# ")))
-    return {r["svname"]: r for r in rows if r["pxname"] == "ocr_servers" and r["svname"] not in ("BACKEND",)}
-
-
-def current_release(fleet: F.Fleet, host: str) -> str:
-    return fleet.lab.exec(host, ["readlink", "/opt/ocr-app/current"]).stdout.strip().rsplit("/", 1)[-1]
-
-
-def task_order(r, play_prefix: str) -> list[tuple[str, str]]:
-    """(host, task) of every task result of the plays whose name starts with play_prefix, in order."""
-    return [
-        (e["event_data"]["host"], e["event_data"]["task"])
-        for e in r.events
-        if e.get("event") in ("runner_on_ok", "runner_on_failed")
-        and e["event_data"].get("play", "").startswith(play_prefix)
-    ]
-
-
-@pytest.fixture(scope="module")
-def fleet(tmp_path_factory):
-    base = ROOT / "build" / "wheelhouse"
-    if not any(base.glob("ocr_app-*.whl")):
-        pytest.fail("no wheelhouse: run `make wheelhouse` (make test-fleet does)")
-    state = tmp_path_factory.mktemp("fleet")
-    start = time.monotonic()
-    try:
-        # `make demo`'s own script brings the fleet up: the demo is tested here, on 3 app hosts.
-        demo = subprocess.run(
-            [sys.executable, str(ROOT / "scripts" / "demo.py"), "--state", str(state), "--lab", LAB,
-             "up", "--apps", str(APPS)],
-            capture_output=True, text=True, timeout=1800,
-        )  # fmt: skip
-        assert demo.returncode == 0, demo.stdout[-4000:] + demo.stderr[-2000:]
-        fl = F.load(LAB, state)
-        for expected in ("invoice No. 2048", "Ada Lovelace", f"Load balancer: {fl.lb_url}", fl.key):
-            assert expected in demo.stdout, demo.stdout[-3000:]
-        say(f"scripts/demo.py: {APPS} app hosts + 1 load balancer up in {time.monotonic() - start:.0f} s")
-        yield fl
-    finally:
-        F.down(LAB)
 
 
 def test_rolling_upgrades_under_load(fleet, tmp_path):
