@@ -10,7 +10,7 @@ PIP_VERSION := 26.3
 # Rebuilt whenever the pinned dependencies change.
 VENV_STAMP := $(VENV)/.ocrfleet-$(shell sha256sum pyproject.toml | cut -c1-12)
 
-.PHONY: help browser-deps demo demo-down demo-local test test-fleet test-app test-web test-vllm test-lab test-roles test-site lint bench bench-vllm venv vllm-venv system-deps lab-deps wheelhouse clean
+.PHONY: help browser-deps demo demo-down demo-local test test-fleet test-app test-web test-vllm test-lab test-roles test-site lint bench bench-vllm gpu-check venv vllm-venv system-deps lab-deps wheelhouse clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -95,6 +95,11 @@ bench: system-deps venv  ## throughput and latency ratios, measured side by side
 
 bench-vllm: system-deps  ## engine vllm in-process vs `vllm serve` (same install, model, client): ratio at c=1, 4
 	$(VLLM_RUN) -m bench.vllm
+
+# A Python with the app and its vllm extra: on a GPU host, a release's (/opt/ocr-app/current/bin/python).
+GPU_PYTHON ?= $(BIN)/python
+gpu-check:  ## on a GPU host only: gpu-metrics vs nvidia-smi, the app's NVML probe, CUDA device per instance
+	$(GPU_PYTHON) scripts/gpu-check.py
 
 clean:  ## remove the virtualenv and caches (the lab's image cache stays)
 	rm -rf $(VENV) .pytest_cache .ruff_cache .demo

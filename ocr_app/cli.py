@@ -73,26 +73,46 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    """Validate the configuration, load the engine and OCR the built-in sample."""
+    """Validate the configuration, the model files and what the engine needs; then load the engine and
+    OCR the built-in sample, unless the engine claims a device (vLLM: a share of the GPU) and --load is
+    not given: a release is checked while the running one holds that device, and a second claim fails.
+    `serve` always loads and self-tests before it reports ready."""
     from .auth import KeyStore
-    from .engines import create_engine
+    from .engines import EngineError, create_engine
 
     settings = _settings(args)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     if settings.api_keys_file is not None:
         keys = KeyStore(settings.api_keys_file)
         print(f"api keys: {len(keys)} in {settings.api_keys_file}")
+    if settings.model_path is not None:
+        manifest = settings.model_path / ".manifest.json"  # stored with each revision by the ocr_model role
+        if manifest.is_file():
+            problems = verify_manifest(settings.model_path, _read_manifest(manifest))
+            if problems:
+                raise EngineError(f"model files do not match {manifest}: {'; '.join(problems)}")
+            print(f"model: {settings.model_path} matches {manifest}")
     engine = create_engine(settings)
+    full = args.load or not engine.claims_device
 
     async def run() -> None:
         try:
-            await engine.load()
-            await engine.self_test()
+            for line in await engine.preflight():
+                print(line)
+            if full:
+                await engine.load()
+                await engine.self_test()
         finally:
             await engine.close()
 
     asyncio.run(run())
-    print(f"ok: engine {engine.name} ({engine.model}) on {engine.device} passed its self-test")
+    if full:
+        print(f"ok: engine {engine.name} ({engine.model}) on {engine.device} passed its self-test")
+    else:
+        print(
+            f"ok: engine {engine.name} ({engine.model}) on {engine.device} passed its preflight; not loaded, "
+            "as a running instance may hold the device (--load loads it and OCRs the sample)"
+        )
     return 0
 
 
@@ -157,13 +177,18 @@ def verify_manifest(root: Path, manifest: dict) -> list[str]:
     return problems
 
 
-def cmd_verify(args: argparse.Namespace) -> int:
+def _read_manifest(path: Path | str) -> dict:
     try:
-        manifest = json.loads(Path(args.manifest).read_text())
+        manifest = json.loads(Path(path).read_text())
     except (OSError, ValueError) as err:
-        raise ConfigError(f"cannot read manifest {args.manifest}: {err}") from None
+        raise ConfigError(f"cannot read manifest {path}: {err}") from None
     if not isinstance(manifest, dict) or not isinstance(manifest.get("files"), list):
-        raise ConfigError(f"manifest {args.manifest} has no 'files' list")
+        raise ConfigError(f"manifest {path} has no 'files' list")
+    return manifest
+
+
+def cmd_verify(args: argparse.Namespace) -> int:
+    manifest = _read_manifest(args.manifest)
     problems = verify_manifest(Path(args.dir), manifest)
     for p in problems:
         print(p, file=sys.stderr)
@@ -221,7 +246,12 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--port", type=int)
     s.set_defaults(func=cmd_serve)
 
-    s = with_config(sub.add_parser("check", help="validate config, load the engine, OCR a built-in sample"))
+    s = with_config(sub.add_parser("check", help="validate config, model and engine before a switch"))
+    s.add_argument(
+        "--load",
+        action="store_true",
+        help="load the engine and OCR a sample even if it claims a device (vllm): for a host serving nothing",
+    )
     s.set_defaults(func=cmd_check)
 
     keys = sub.add_parser("keys", help="manage API keys (stored as sha256 hashes)")

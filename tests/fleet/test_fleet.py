@@ -4,12 +4,21 @@
 the load balancer while playbooks/upgrade.yml rolls a new app version through the fleet, then a deliberately
 broken one (it starts and passes its self-test but misreads letters, so its smoke test fails): the first
 host must be rolled back, the play must stop, the fleet must keep serving the good version, and no request
-may fail in either rollout. Prints `failed_requests=F total_requests=N` once, for the whole scenario.
+may fail in either rollout. Then a third rollout's control node dies (ansible-playbook and its workers
+killed) while app-2 is drained: app-2 stays out of the pool, and a plain re-run of upgrade.yml brings it back
+and finishes the rollout. No output of any run may hold the fleet's API key (the smoke test sends it).
+Prints `failed_requests=F total_requests=N` once, for the whole scenario.
 """
 
 from __future__ import annotations
 
+import json
+import os
+import signal
+import threading
 import time
+from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
@@ -21,6 +30,37 @@ from tests.lab import fleet as F
 pytestmark = [pytest.mark.lab, pytest.mark.timeout(3600)]
 
 MIN_REQUESTS = 500
+DRAIN_FILE = "/run/ocr-app/drain"
+
+
+def wait_until(what: str, cond: Callable[[], bool], timeout: float) -> None:
+    """Poll a state (not a clock): cond() is checked every half second until true, or fail after timeout."""
+    deadline = time.monotonic() + timeout
+    while not cond():
+        assert time.monotonic() < deadline, f"not {what} after {timeout:.0f} s"
+        time.sleep(0.5)
+
+
+def drained(fleet: F.Fleet, host: str) -> bool:
+    return fleet.lab.exec(host, ["test", "-e", DRAIN_FILE], check=False).returncode == 0
+
+
+def kill_control_node(playbook: str) -> int:
+    """SIGKILL our ansible-playbook child and its workers (ansible-runner starts it in its own session)."""
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            stat = (proc / "stat").read_text()
+            cmdline = (proc / "cmdline").read_bytes().rstrip(b"\0").split(b"\0")
+        except OSError:
+            continue
+        ppid = int(stat.rsplit(")", 1)[1].split()[1])
+        args = [a.decode(errors="replace") for a in cmdline]
+        if ppid == os.getpid() and any(a.endswith("ansible-playbook") for a in args) and playbook in args[-1]:
+            os.killpg(int(proc.name), signal.SIGKILL)
+            return int(proc.name)
+    raise AssertionError(f"no ansible-playbook {playbook} child of this process")
 
 
 def test_rolling_upgrades_under_load(fleet, tmp_path):
@@ -31,11 +71,13 @@ def test_rolling_upgrades_under_load(fleet, tmp_path):
     bad_wh = derive_wheelhouse(base, tmp_path / "bad", bad, patch=break_reading)
     assert {lb_servers(fleet)[h]["status"] for h in fleet.apps} == {"UP"}
 
+    runs = []  # every ansible-runner run of the scenario: none may print the API key
     load = Load(fleet.client, concurrency=4).start()
     try:
         # --- a good version, through the whole fleet -----------------------------------------------------
         t0 = time.monotonic()
         r = fleet.playbook("playbooks/upgrade.yml", {"ocr_app_wheelhouse_dir": str(good_wh)}, check=False)
+        runs.append(r)
         say(f"upgrade to {good}: rc {r.rc} in {time.monotonic() - t0:.0f} s, {load.total} requests so far")
         assert r.rc == 0, F.failures(r)
         assert not load.exhausted, "the load ended before the rollout did"
@@ -54,6 +96,7 @@ def test_rolling_upgrades_under_load(fleet, tmp_path):
         # --- a broken version: the first host's smoke test fails ----------------------------------------
         t0 = time.monotonic()
         r = fleet.playbook("playbooks/upgrade.yml", {"ocr_app_wheelhouse_dir": str(bad_wh)}, check=False)
+        runs.append(r)
         say(f"broken upgrade to {bad}: rc {r.rc} in {time.monotonic() - t0:.0f} s, {load.total} requests")
         assert r.rc != 0, "the broken release's rollout succeeded"
         assert not load.exhausted, "the load ended before the rollout did"
@@ -70,6 +113,50 @@ def test_rolling_upgrades_under_load(fleet, tmp_path):
             assert staged.returncode == 0, f"{bad} was not staged on {h}"
         assert {lb_servers(fleet)[h]["status"] for h in fleet.apps} == {"UP"}
         assert load.total > after_good
+
+        # --- an interrupted rollout: the control node dies while app-2 is drained; a re-run finishes it ----
+        resumed = f"{old}+fleet.4"
+        resumed_wh = derive_wheelhouse(base, tmp_path / "resumed", resumed)
+        victim = "app-2"
+        extravars = {"ocr_app_wheelhouse_dir": str(resumed_wh)}
+        killed: list = []
+        rollout = threading.Thread(
+            target=lambda: killed.append(fleet.playbook("playbooks/upgrade.yml", extravars, check=False))
+        )
+        rollout.start()
+        try:
+            wait_until(f"{victim} drained", lambda: not rollout.is_alive() or drained(fleet, victim), 1800)
+            assert rollout.is_alive(), f"upgrade.yml ended before draining {victim}: {F.failures(killed[0])}"
+            kill_control_node("upgrade.yml")
+        finally:
+            rollout.join(300)
+        assert not rollout.is_alive()
+        runs += killed
+        assert killed[0].rc != 0, "the killed upgrade.yml reported success"
+        # Left as the dead run left it: drained, out of the pool (HAProxy's checks see /healthz draining).
+        assert drained(fleet, victim)
+        wait_until(f"{victim} out of the pool", lambda: lb_servers(fleet)[victim]["status"] != "UP", 60)
+        assert current_release(fleet, "app-3") != resumed, "the rollout went past the drained host"
+
+        t0 = time.monotonic()
+        r = fleet.playbook("playbooks/upgrade.yml", extravars, check=False)
+        runs.append(r)
+        rerun_s = time.monotonic() - t0
+        assert r.rc == 0, F.failures(r)
+        assert not load.exhausted, "the load ended before the rollout did"
+        for h in fleet.apps:
+            assert current_release(fleet, h) == resumed, h
+            health = fleet.host_health(h)
+            assert (health["version"], health["status"]) == (resumed, "ready"), h
+            assert not drained(fleet, h), f"{h} still has its drain file"
+        assert {lb_servers(fleet)[h]["status"] for h in fleet.apps} == {"UP"}
+        print(f"interrupted_upgrade: killed during {victim} drained; rerun rc={r.rc} in {rerun_s:.0f} s")
+
+        # The smoke test sends the fleet's key: no event and no stdout of any run may hold it in clear.
+        for run in runs:
+            assert fleet.key not in run.stdout.read(), "a playbook's output holds the API key"
+            for e in run.events:
+                assert fleet.key not in json.dumps(e), f"event {e.get('event')} of a run holds the API key"
     finally:
         load.finish(MIN_REQUESTS)
     print(f"failed_requests={load.failed} total_requests={load.total}", flush=True)
