@@ -97,7 +97,7 @@ class Fleet:
     def extravars(self) -> dict:
         return {
             "ocr_app_api_keys": [{"name": "fleet", "key": self.key}],
-            "nginx_tls_ca_dir": str(self.state / "ca"),
+            "fleet_pki_ca_dir": str(self.state / "ca"),
         }
 
     def playbook(

@@ -107,7 +107,7 @@ def site(tmp_path_factory):
             "ca_dir": work / "ca",
             "extravars": {
                 "ocr_app_api_keys": [{"name": "site-test", "key": key}],
-                "nginx_tls_ca_dir": str(work / "ca"),
+                "fleet_pki_ca_dir": str(work / "ca"),
                 "nvidia_driver_repo_key_fingerprint": (work / "nvidia-repo" / "fingerprint")
                 .read_text()
                 .strip(),
