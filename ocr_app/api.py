@@ -301,6 +301,9 @@ def create_app(
         version=VERSION,
         description="OCR of images and PDFs: LightOnOCR-2-1B (vLLM) on GPU hosts, PP-OCRv6 on CPU hosts.",
         lifespan=lifespan,
+        # Served by web.router() from the app's own files (FastAPI's pages load them from a CDN).
+        docs_url=None,
+        redoc_url=None,
     )
     app.state.ocr = state
     app.add_middleware(RequestContext, state=state)

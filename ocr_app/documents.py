@@ -223,7 +223,10 @@ def _pdf_pages(
         try:
             for number in _select(selection, len(pdf), limits):
                 _check_cancel(cancel)
-                page = pdf[number - 1]
+                try:
+                    page = pdf[number - 1]  # the page count may lie (a broken page tree)
+                except pdfium.PdfiumError as err:
+                    raise invalid_image(f"cannot load PDF page {number}: {err}") from None
                 try:
                     w_pt, h_pt = page.get_size()
                     # Render at pdf_dpi, but never beyond max_image_side: a poster-sized page must
@@ -247,19 +250,40 @@ def _raster_pages(
 ) -> list[PageImage]:
     try:
         im = Image.open(BytesIO(data), formats=list(RASTER_TYPES.values()))
+        # Only TIFF is a multi-page document format; an animated WebP/PNG counts as its first frame.
+        # Frames are walked only as far as the request needs: a 20 000-frame TIFF costs 51 IFD reads.
+        count = _count_frames(im, selection[-1] if selection else limits.max_pages + 1, cancel)
     except Image.DecompressionBombError as err:
         raise too_large("image_too_large", str(err)) from None
-    except (UnidentifiedImageError, OSError, SyntaxError, ValueError) as err:
+    # Pillow raises TypeError/KeyError/IndexError too for corrupt TIFF directories.
+    except (UnidentifiedImageError, OSError, SyntaxError, ValueError, TypeError, KeyError, IndexError) as err:
         raise invalid_image(f"cannot decode image: {err}") from None
-    # Only TIFF is a multi-page document format; an animated WebP/PNG counts as its first frame.
-    count = getattr(im, "n_frames", 1) if im.format == "TIFF" else 1
+    if selection is None and count > limits.max_pages:
+        raise too_large("too_many_pages", f"the document has more than {limits.max_pages} pages")
     out = []
     for number in _select(selection, count, limits):
         _check_cancel(cancel)
-        if count > 1:
+        try:
             im.seek(number - 1)
+        except (EOFError, OSError, SyntaxError, ValueError, TypeError, KeyError, IndexError) as err:
+            raise invalid_image(f"cannot read image page {number}: {err}") from None
         out.append(_prepare_frame(im, number, limits))
     return out
+
+
+def _count_frames(im: Image.Image, bound: int, cancel: threading.Event | None) -> int:
+    """The document's frame count, or `bound` if it has at least that many (TIFF only has more than one)."""
+    if im.format != "TIFF":
+        return 1
+    count = 1
+    while count < bound:
+        _check_cancel(cancel)
+        try:
+            im.seek(count)
+        except EOFError:
+            break
+        count += 1
+    return count
 
 
 def _prepare_frame(im: Image.Image, number: int, limits: Limits) -> PageImage:
@@ -282,7 +306,7 @@ def _prepare_frame(im: Image.Image, number: int, limits: Limits) -> PageImage:
         rgb = _to_rgb(im)
     except Image.DecompressionBombError as err:
         raise too_large("image_too_large", str(err)) from None
-    except (OSError, SyntaxError, ValueError, EOFError) as err:
+    except (OSError, SyntaxError, ValueError, EOFError, TypeError, KeyError, IndexError) as err:
         raise invalid_image(f"cannot decode image page {number}: {err}") from None
     width, height = (raw_h, raw_w) if orientation in (5, 6, 7, 8) else (raw_w, raw_h)
     if max(rgb.size) > limits.max_image_side:

@@ -19,6 +19,19 @@ ASSETS = {
     "/web/app.js": "text/javascript; charset=utf-8",
     "/web/style.css": "text/css; charset=utf-8",
     "/web/favicon.svg": "image/svg+xml",
+    "/docs": "text/html; charset=utf-8",
+    "/redoc": "text/html; charset=utf-8",
+    "/web/docs.js": "text/javascript; charset=utf-8",
+    "/web/redoc-init.js": "text/javascript; charset=utf-8",
+    "/web/swagger-ui-bundle.js": "text/javascript; charset=utf-8",
+    "/web/swagger-ui.css": "text/css; charset=utf-8",
+    "/web/redoc.standalone.js": "text/javascript; charset=utf-8",
+}
+# What each page loads: its own files from this app, nothing else.
+PAGE_FILES = {
+    "/": ["web/app.js", "web/style.css", "web/favicon.svg", "docs", "docs"],
+    "/docs": ["web/docs.js", "web/swagger-ui-bundle.js", "web/swagger-ui.css", "web/favicon.svg"],
+    "/redoc": ["web/redoc-init.js", "web/redoc.standalone.js", "web/favicon.svg"],
 }
 
 
@@ -30,9 +43,11 @@ def test_page_and_assets_are_public_with_strict_headers(server: Server, path, ct
     assert r.headers["x-content-type-options"] == "nosniff"
     csp = dict(d.strip().split(" ", 1) for d in r.headers["content-security-policy"].split(";"))
     assert csp["default-src"] == "'none'"
-    assert csp["script-src"] == csp["style-src"] == csp["connect-src"] == "'self'"
+    assert csp["script-src"] == csp["connect-src"] == "'self'"
     assert csp["frame-ancestors"] == "'none'"
-    assert "unsafe" not in r.headers["content-security-policy"]
+    # ReDoc's page alone needs inline styles (styled-components); nothing may run inline script.
+    assert csp.pop("style-src") == ("'self' 'unsafe-inline'" if path == "/redoc" else "'self'")
+    assert "unsafe" not in "; ".join(csp.values())
     assert r.headers["cache-control"] == "no-cache"
     # Revalidation: the same ETag answers 304 without a body.
     etag = r.headers["etag"]
@@ -40,15 +55,18 @@ def test_page_and_assets_are_public_with_strict_headers(server: Server, path, ct
     assert (again.status_code, again.content, again.headers["etag"]) == (304, b"", etag)
 
 
-def test_index_loads_only_its_own_files(server: Server):
-    html = httpx.get(server.url + "/").text
-    assert sorted(re.findall(r'(?:src|href)="([^"]+)"', html)) == sorted(
-        ["web/app.js", "web/style.css", "web/favicon.svg", "docs", "docs"]
-    )
+@pytest.mark.parametrize(("path", "loads"), PAGE_FILES.items())
+def test_pages_load_only_their_own_files(server: Server, path, loads):
+    html = httpx.get(server.url + path).text
+    assert sorted(re.findall(r'(?:src|href)="([^"]+)"', html)) == sorted(loads)
     assert "<script>" not in html and " style=" not in html  # nothing inline: the CSP would block it
+    for ref in loads:
+        assert httpx.get(f"{server.url}/{ref}").status_code == 200, ref
 
 
-@pytest.mark.parametrize("name", ["index.html", "app.js", "style.css"])
+@pytest.mark.parametrize(
+    "name", ["index.html", "app.js", "style.css", "docs.html", "docs.js", "redoc.html", "redoc-init.js"]
+)
 def test_works_offline_and_keeps_the_key_out_of_persistent_storage(name):
     text = WEB.joinpath(name).read_text().replace('"http://www.w3.org/2000/svg"', "")  # a name, not a URL
     assert not re.search(r"(https?:)?//[a-z0-9.-]+\.[a-z]{2,}", text, re.I), "no CDN or remote resource"
@@ -67,7 +85,7 @@ def test_other_paths_are_json_404(server: Server, path):
 
 def test_page_is_not_in_the_api_schema(server: Server):
     paths = httpx.get(server.url + "/openapi.json").json()["paths"]
-    assert "/" not in paths and not any(p.startswith("/web") for p in paths)
+    assert not {"/", "/docs", "/redoc"} & set(paths) and not any(p.startswith("/web") for p in paths)
 
 
 def test_wheel_ships_every_web_file():
