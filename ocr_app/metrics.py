@@ -15,6 +15,8 @@ from prometheus_client import (
 from prometheus_client.core import CounterMetricFamily
 from prometheus_client.registry import Collector
 
+from .results import not_ready, overloaded, timeout
+
 # OCR takes from tens of milliseconds (a receipt on a GPU) to minutes (a 50-page PDF on a CPU).
 _SECONDS = (0.05, 0.1, 0.25, 0.5, 1, 2, 4, 8, 15, 30, 60, 120, 300)
 
@@ -36,6 +38,9 @@ class Metrics:
             "ocr_inference_seconds", "Engine time per request", buckets=_SECONDS, registry=r
         )
         self.rejected = Counter("ocr_rejected", "Requests refused, by error code", ["reason"], registry=r)
+        # Capacity refusals exist at 0 from the start: rate() then sees an instance's very first one.
+        for err in (overloaded(1), not_ready("loading"), timeout(0)):
+            self.rejected.labels(err.code)
         self.inflight = Gauge("ocr_inflight_requests", "OCR requests being processed", registry=r)
         self.queue_depth = Gauge("ocr_queue_depth", "OCR requests waiting for a slot", registry=r)
         self.model_loaded = Gauge("ocr_model_loaded", "1 once the engine passed its self-test", registry=r)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import io
+import re
 
 import jiwer
 import pytest
@@ -149,11 +150,18 @@ def test_blank_page_has_no_lines(server):
     assert r.json()["pages"][0]["lines"] == [] and r.json()["pages"][0]["text"] == ""
 
 
-def test_sent_request_id_must_be_sane(server):
-    r = server.ocr(b"", "image/png", headers={"X-Request-ID": "bad id\twith spaces" * 10})
+@pytest.mark.parametrize("sent", ["bad id\twith spaces", "x" * 129, "a/b", ""])
+def test_sent_request_id_must_be_sane(server, sent):
+    r = server.ocr(b"", "image/png", headers={"X-Request-ID": sent})
     rid = r.headers["x-request-id"]
-    assert rid != "bad id" and len(rid) == 32
+    assert re.fullmatch("[0-9a-f]{32}", rid), rid  # replaced by one of the app's own
     assert r.json()["error"]["request_id"] == rid
+
+
+def test_sane_request_id_is_kept(server):
+    sent = "lb-7f3a:retry.1@edge_2"
+    r = server.ocr(b"", "image/png", headers={"X-Request-ID": sent})
+    assert r.headers["x-request-id"] == r.json()["error"]["request_id"] == sent
 
 
 def decode_preview(page: dict) -> Image.Image:

@@ -136,16 +136,20 @@ class Fleet:
             timeout=timeout,
         )
 
-    def host_health(self, host: str, port: int = 8000) -> dict:
-        """/healthz of an app instance, read on the host itself (instances listen on loopback)."""
+    def host_get(self, host: str, port: int, path: str) -> str:
+        """The body of GET http://127.0.0.1:<port><path>, read on the host itself (instances and exporters
+        listen on its loopback), whatever the status."""
         script = (
             "import urllib.request,urllib.error,sys\n"
-            f"try: r=urllib.request.urlopen('http://127.0.0.1:{port}/healthz',timeout=10)\n"
+            f"try: r=urllib.request.urlopen('http://127.0.0.1:{port}{path}',timeout=10)\n"
             "except urllib.error.HTTPError as e: r=e\n"
             "sys.stdout.write(r.read().decode())\n"
         )
-        out = self.lab.exec(host, ["python3", "-c", script]).stdout
-        return json.loads(out)
+        return self.lab.exec(host, ["python3", "-c", script]).stdout
+
+    def host_health(self, host: str, port: int = 8000) -> dict:
+        """/healthz of an app instance."""
+        return json.loads(self.host_get(host, port, "/healthz"))
 
 
 def up(

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import fnmatch
+import http.client
+import json
 import re
 import tomllib
 from importlib.resources import files
@@ -76,11 +78,24 @@ def test_works_offline_and_keeps_the_key_out_of_persistent_storage(name):
         assert "innerHTML" not in text  # API data goes in as text only
 
 
-@pytest.mark.parametrize("path", ["/web/index.html", "/web/nope.js", "/web/../api.py", "/index.html"])
+@pytest.mark.parametrize(
+    "path",
+    [
+        *("/web/index.html", "/web/nope.js", "/index.html"),
+        *("/web/../api.py", "/web/..%2fapi.py", "/web/%2e%2e/api.py"),  # traversal, sent as written
+    ],
+)
 def test_other_paths_are_json_404(server: Server, path):
-    r = httpx.get(server.url + path)
-    assert r.status_code == 404
-    assert r.json()["error"]["code"] == "not_found"
+    # http.client sends the path as written (httpx would resolve the dot segments before sending).
+    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=10)
+    try:
+        conn.request("GET", path)
+        r = conn.getresponse()
+        status, body = r.status, r.read()
+    finally:
+        conn.close()
+    assert status == 404, body[:120]
+    assert json.loads(body)["error"]["code"] == "not_found"
 
 
 def test_page_is_not_in_the_api_schema(server: Server):

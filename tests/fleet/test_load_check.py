@@ -1,0 +1,45 @@
+"""The load generator's checker sees the fault test-fleet injects: the deliberately broken release keeps
+digits and garbles letters, and every one of its answers must count as a failed request (were that release
+ever to reach the pool, test-fleet's failed_requests would show it). Runs in test-app: no lab needed."""
+
+from __future__ import annotations
+
+import shutil
+import sys
+
+import pytest
+
+from tests.server import Server
+
+from .load import documents, misread
+from .releases import ROOT, break_reading
+
+
+@pytest.fixture(scope="module")
+def broken(tmp_path_factory):
+    """The broken release's sources, run as `ocr-app serve` from a copy of the checkout's."""
+    src = tmp_path_factory.mktemp("broken-release")
+    shutil.copytree(ROOT / "ocr_app", src / "ocr_app", ignore=shutil.ignore_patterns("__pycache__"))
+    break_reading(src)
+
+    class Broken(Server):
+        command = (sys.executable, "-P", "-m", "ocr_app.cli")  # -P: the copy, not the checkout (cwd)
+
+    srv = Broken(src / "run").start(env={"PYTHONPATH": str(src)})
+    yield srv
+    assert srv.stop() == 0, srv.logs()[-2000:]
+
+
+def test_every_load_document_reads_right_on_the_good_release(server):
+    for doc in documents():
+        text = server.ocr(doc.body, "image/png").json()["pages"][0]["text"]
+        assert misread(doc, text) is None, text
+
+
+def test_the_broken_release_fails_every_load_document(broken):
+    for doc in documents():
+        r = broken.ocr(doc.body, "image/png")
+        assert r.status_code == 200, r.text
+        text = r.json()["pages"][0]["text"]
+        assert doc.number in "".join(text.split()), text  # test-fleet's fault: digits kept, letters not
+        assert misread(doc, text) == f"{doc.word} not read", text

@@ -1,0 +1,20 @@
+"""The alert rules select series the app really exports (its /metrics, scraped), and every series they select
+has a known exporter. HAProxy's are checked on the fleet's load balancer (tests/fleet), gpu_metrics' in its
+Molecule scenario: each against a real scrape."""
+
+from __future__ import annotations
+
+import httpx
+
+from .alert_metrics import missing, selectors, source_of
+
+
+def test_every_selected_series_has_an_exporter():
+    sels = selectors()
+    assert {s.alert for s in sels} >= {"OcrHighErrorRate", "OcrQueueFull", "OcrLbNoServerUp"}  # parsed
+    assert [s for s in sels if source_of(s.metric) is None] == []
+
+
+def test_the_apps_scrape_has_every_series_the_rules_select(server):
+    assert server.ocr(b"", "image/png").status_code == 400  # one request, so ocr_requests_total has a code
+    assert missing(httpx.get(server.url + "/metrics").text, "app") == []
