@@ -212,16 +212,28 @@ class RequestContext:
             self._record(scope, req_state, status, time.perf_counter() - started)
             request_id_var.reset(token)
 
+    def _access_level(self, path: str, status: int, seconds: float) -> int:
+        """The access line's level, hence its journal priority: debug for probes; err for a failure of
+        ours (500, 502); warning for a refusal under load, a passed deadline (503, 504), a slow request."""
+        if path in _PROBE_PATHS:
+            return logging.DEBUG
+        if status >= 500 and status not in (503, 504):
+            return logging.ERROR
+        if status >= 500 or seconds >= self.state.settings.slow_request_s:
+            return logging.WARNING
+        return logging.INFO
+
     def _record(self, scope: Scope, req_state: dict, status: int, seconds: float) -> None:
         path = scope["path"]
         if path == "/v1/ocr":
             self.state.metrics.requests.labels(str(status)).inc()
             self.state.metrics.request_duration.observe(seconds)
         access_log.log(
-            logging.DEBUG if path in _PROBE_PATHS else logging.INFO,
+            self._access_level(path, status, seconds),
             "request",
             extra={
                 "caller": req_state.get("caller"),
+                "engine": self.state.engine.name,
                 "method": scope["method"],
                 "route": path,
                 "status": status,

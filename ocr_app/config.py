@@ -90,6 +90,8 @@ class Settings(BaseSettings):
     drain_file: Path | None = Path("/run/ocr-app/drain")
     shutdown_grace_s: float = Field(30.0, ge=0)
     log_level: Literal["debug", "info", "warning", "error"] = "info"
+    # A request slower than this is logged at warning priority (`journalctl -p warning` finds it).
+    slow_request_s: float = Field(10.0, gt=0)
 
     @model_validator(mode="after")
     def _vllm_is_consistent(self) -> Settings:

@@ -38,7 +38,10 @@ def small() -> bytes:
 @pytest.fixture(scope="module")
 def tight(tmp_path_factory):
     """One request in flight, two waiting, one engine worker: easy to saturate."""
-    srv = Server(tmp_path_factory.mktemp("tight"), max_concurrency=1, max_queue=2).start()
+    # The deadline is far: these tests are about order and counts, and heavy pages queue behind each other.
+    srv = Server(
+        tmp_path_factory.mktemp("tight"), max_concurrency=1, max_queue=2, request_timeout_s=600
+    ).start()
     yield srv
     assert srv.stop() == 0
 
