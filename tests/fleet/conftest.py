@@ -50,9 +50,7 @@ def task_order(r, play_prefix: str) -> list[tuple[str, str]]:
 
 @pytest.fixture(scope="session")
 def fleet(tmp_path_factory):
-    base = ROOT / "build" / "wheelhouse"
-    if not any(base.glob("ocr_app-*.whl")):
-        pytest.fail("no wheelhouse: run `make wheelhouse` (make test-fleet does)")
+    F.require_wheelhouse()
     state = tmp_path_factory.mktemp("fleet")
     start = time.monotonic()
     try:

@@ -109,6 +109,15 @@ class Load:
             t.join()
         self.seconds = time.monotonic() - self.started
 
+    def check(self, min_total: int, prefix: str = "") -> None:
+        """After finish(): print the figures (`<prefix>failed_requests=F <prefix>total_requests=N`, once per
+        scenario) and require that nothing failed and at least min_total requests ran."""
+        print(f"{prefix}failed_requests={self.failed} {prefix}total_requests={self.total}", flush=True)
+        kinds = dict(self.failures)
+        print(f"[load] {self.total} requests in {self.seconds:.0f} s; failures by kind: {kinds}", flush=True)
+        assert self.failed == 0, self.first_failures
+        assert self.total >= min_total
+
     def _ticket(self) -> int | None:
         with self._lock:
             if self.issued >= self._limit:

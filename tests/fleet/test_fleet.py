@@ -17,7 +17,6 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -26,19 +25,12 @@ from tests.fleet.conftest import ROOT, current_release, lb_servers, say, task_or
 from tests.fleet.load import Load
 from tests.fleet.releases import break_reading, derive_wheelhouse
 from tests.lab import fleet as F
+from tests.lab import lab as L
 
 pytestmark = [pytest.mark.lab, pytest.mark.timeout(3600)]
 
 MIN_REQUESTS = 500
 DRAIN_FILE = "/run/ocr-app/drain"
-
-
-def wait_until(what: str, cond: Callable[[], bool], timeout: float) -> None:
-    """Poll a state (not a clock): cond() is checked every half second until true, or fail after timeout."""
-    deadline = time.monotonic() + timeout
-    while not cond():
-        assert time.monotonic() < deadline, f"not {what} after {timeout:.0f} s"
-        time.sleep(0.5)
 
 
 def drained(fleet: F.Fleet, host: str) -> bool:
@@ -125,7 +117,9 @@ def test_rolling_upgrades_under_load(fleet, tmp_path):
         )
         rollout.start()
         try:
-            wait_until(f"{victim} drained", lambda: not rollout.is_alive() or drained(fleet, victim), 1800)
+            L.wait_until(
+                lambda: not rollout.is_alive() or drained(fleet, victim), 1800, f"{victim} drained", 0.5
+            )
             assert rollout.is_alive(), f"upgrade.yml ended before draining {victim}: {F.failures(killed[0])}"
             kill_control_node("upgrade.yml")
         finally:
@@ -135,7 +129,7 @@ def test_rolling_upgrades_under_load(fleet, tmp_path):
         assert killed[0].rc != 0, "the killed upgrade.yml reported success"
         # Left as the dead run left it: drained, out of the pool (HAProxy's checks see /healthz draining).
         assert drained(fleet, victim)
-        wait_until(f"{victim} out of the pool", lambda: lb_servers(fleet)[victim]["status"] != "UP", 60)
+        L.wait_until(lambda: lb_servers(fleet)[victim]["status"] != "UP", 60, f"{victim} out of pool", 0.5)
         assert current_release(fleet, "app-3") != resumed, "the rollout went past the drained host"
 
         t0 = time.monotonic()
@@ -159,7 +153,4 @@ def test_rolling_upgrades_under_load(fleet, tmp_path):
                 assert fleet.key not in json.dumps(e), f"event {e.get('event')} of a run holds the API key"
     finally:
         load.finish(MIN_REQUESTS)
-    print(f"failed_requests={load.failed} total_requests={load.total}", flush=True)
-    say(f"load: {load.total} requests in {load.seconds:.0f} s; failures by kind: {dict(load.failures)}")
-    assert load.failed == 0, load.first_failures
-    assert load.total >= MIN_REQUESTS
+    load.check(MIN_REQUESTS)

@@ -33,6 +33,14 @@ class PlaybookFailed(RuntimeError):
         super().__init__(f"{playbook} failed (rc {runner.rc}): {what}")
 
 
+def require_wheelhouse() -> Path:
+    """build/wheelhouse, what the ocr_app role installs on the hosts; an error naming the fix when absent."""
+    wheelhouse = ROOT / "build" / "wheelhouse"
+    if not any(wheelhouse.glob("ocr_app-*.whl")):
+        raise FileNotFoundError(f"no app wheel in {wheelhouse}: run `make wheelhouse` (test-site/fleet do)")
+    return wheelhouse
+
+
 def failures(r: ansible_runner.Runner) -> list[str]:
     """`host: task: message` of every task that failed and was not ignored or rescued."""
     out = []

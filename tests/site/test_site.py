@@ -23,6 +23,7 @@ import jiwer
 import pytest
 
 from tests.docs import TEXTS, encode, render
+from tests.lab import fleet as F
 from tests.lab import lab as L
 
 pytestmark = [pytest.mark.lab, pytest.mark.timeout(2400)]
@@ -77,9 +78,7 @@ def changed_tasks(r: ansible_runner.Runner) -> list[str]:
 
 @pytest.fixture(scope="module")
 def site(tmp_path_factory):
-    wheelhouse = ROOT / "build" / "wheelhouse"
-    if not any(wheelhouse.glob("ocr_app-*.whl")):
-        pytest.fail("no wheelhouse: run `make wheelhouse` (make test-site does)")
+    F.require_wheelhouse()
     work = tmp_path_factory.mktemp("site")
     lab = L.up(LAB, hosts=HOSTS)
     fixture = ROOT / "tests" / "fixtures" / "nvidia_repo"
