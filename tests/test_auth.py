@@ -2,10 +2,12 @@ from __future__ import annotations
 
 import os
 import subprocess
+from pathlib import Path
 
 import pytest
+import yaml
 
-from ocr_app.auth import KeyFileError, KeyStore, add_key, hash_key, parse_key_file, remove_key
+from ocr_app.auth import NAME_RE, KeyFileError, KeyStore, add_key, hash_key, parse_key_file, remove_key
 
 from .server import OCR_APP
 
@@ -59,3 +61,10 @@ def test_comments_and_blank_lines(tmp_path):
 def test_missing_key_file_fails_at_start(tmp_path):
     with pytest.raises(KeyFileError):
         KeyStore(tmp_path / "absent")
+
+
+def test_the_role_checks_key_names_by_the_apps_rule():
+    # ocr_app's preflight refuses what the app would refuse (e.g. `_svc`), before anything reaches a host.
+    role_vars = Path(__file__).parents[1] / "roles" / "ocr_app" / "vars" / "main.yml"
+    assert yaml.safe_load(role_vars.read_text())["_ocr_app_key_name_pattern"] == NAME_RE.pattern
+    assert not NAME_RE.match("_svc") and NAME_RE.match("svc_1")
