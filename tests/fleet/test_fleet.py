@@ -148,6 +148,7 @@ def test_rolling_upgrades_under_load(fleet, tmp_path):
 
         # The smoke test sends the fleet's key: no event and no stdout of any run may hold it in clear.
         for run in runs:
+            assert fleet.key not in " ".join(run.config.command), "a command line holds the API key"
             assert fleet.key not in run.stdout.read(), "a playbook's output holds the API key"
             for e in run.events:
                 assert fleet.key not in json.dumps(e), f"event {e.get('event')} of a run holds the API key"

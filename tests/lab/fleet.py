@@ -11,6 +11,7 @@ import os
 import secrets
 import ssl
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -111,9 +112,14 @@ class Fleet:
     def playbook(
         self, playbook: str, extravars: dict | None = None, *, progress: Progress | None = None, check=True
     ) -> ansible_runner.Runner:
-        """Run a playbook of the repo (path relative to it) against this fleet."""
-        runner_dir = self.state / "runner"
-        runner_dir.mkdir(parents=True, exist_ok=True)
+        """Run a playbook of the repo (path relative to it) against this fleet.
+
+        Each run gets a private data dir of its own (under the fleet's 0700 state): ansible-runner writes
+        the extravars to env/extravars only when that file is absent, and otherwise puts them on the
+        ansible-playbook command line, where `ps` shows the API key, beside the first run's stale file."""
+        runs = self.state / "runner"
+        runs.mkdir(parents=True, exist_ok=True)
+        runner_dir = Path(tempfile.mkdtemp(prefix=f"{Path(playbook).stem}-", dir=runs))
         r = ansible_runner.run(
             private_data_dir=str(runner_dir),
             project_dir=str(ROOT),
@@ -123,7 +129,7 @@ class Fleet:
             envvars={
                 "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"),
                 "OCRFLEET_LAB_NAME": self.lab.name,
-                "ANSIBLE_HOME": str(runner_dir / "ansible-home"),
+                "ANSIBLE_HOME": str(runs / "ansible-home"),
                 "ANSIBLE_FORCE_COLOR": "0",
                 # The venv's pinned ansible-playbook, whether or not the venv is activated.
                 "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",
