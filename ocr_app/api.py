@@ -376,8 +376,10 @@ def create_app(
                 t_pre = time.perf_counter()
                 body = await _read_body(request, s.max_upload_bytes)
                 request.state.bytes = len(body)
-                if media_type == MULTIPART_TYPE:
-                    body, media_type = extract_multipart_file(body, request.headers["content-type"])
+                if media_type == MULTIPART_TYPE:  # off the event loop: /healthz answers meanwhile
+                    body, media_type = await loop.run_in_executor(
+                        state.preprocess_pool, extract_multipart_file, body, request.headers["content-type"]
+                    )
                 media_type = classify(body, media_type)
                 images = await loop.run_in_executor(
                     state.preprocess_pool,

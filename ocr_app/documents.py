@@ -118,6 +118,15 @@ def classify(data: bytes, declared: str) -> str:
     raise unsupported_media_type(f"unsupported media type {declared!r}")
 
 
+# A form sends `file` and perhaps a few fields beside it. Parsing stops at the first part past this bound:
+# a body of thousands of tiny parts costs no more than a legitimate one (python-multipart bounds headers).
+MAX_MULTIPART_PARTS = 8
+
+
+class _Unbounded(Exception):
+    pass
+
+
 def extract_multipart_file(body: bytes, content_type: str) -> tuple[bytes, str]:
     """The `file` field of a multipart/form-data body, parsed in memory (never spooled to disk)."""
     _, params = parse_options_header(content_type)
@@ -131,6 +140,8 @@ def extract_multipart_file(body: bytes, content_type: str) -> tuple[bytes, str]:
     value: list[bytes] = []
 
     def on_part_begin() -> None:
+        if len(parts) >= MAX_MULTIPART_PARTS:
+            raise _Unbounded(f"more than {MAX_MULTIPART_PARTS} parts")
         current.clear()
         current.update(headers={}, data=[])
 
@@ -156,6 +167,8 @@ def extract_multipart_file(body: bytes, content_type: str) -> tuple[bytes, str]:
     try:
         parser.write(body)
         parser.finalize()
+    except _Unbounded as err:
+        raise invalid_parameter(f"multipart body with {err}: send the document as one 'file' field") from None
     except Exception as err:  # python-multipart raises several error types for bad framing
         raise invalid_parameter(f"malformed multipart body: {err}") from None
     for part in parts:

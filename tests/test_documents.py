@@ -6,6 +6,7 @@ import pytest
 from PIL import Image
 
 from ocr_app.documents import (
+    MAX_MULTIPART_PARTS,
     Limits,
     classify,
     extract_multipart_file,
@@ -95,3 +96,19 @@ def test_multipart_parsed_in_memory():
         "image/png",
     )
     assert code_of(extract_multipart_file, body, "multipart/form-data") == "invalid_parameter"
+
+
+def test_multipart_parsing_is_bounded():
+    file_part = b'--B\r\nContent-Disposition: form-data; name="file"\r\n\r\nPNG\r\n'
+    tiny = b'--B\r\nContent-Disposition: form-data; name="x"\r\n\r\n\r\n'
+    ctype = "multipart/form-data; boundary=B"
+    few = tiny * (MAX_MULTIPART_PARTS - 1) + file_part + b"--B--\r\n"
+    assert extract_multipart_file(few, ctype) == (b"PNG", "")
+    # Thousands of parts (the file last): refused at the first part past the bound.
+    many = tiny * 200_000 + file_part + b"--B--\r\n"
+    headers = b"".join(b"X-H%d: v\r\n" % i for i in range(10_000))
+    crowded = b'--B\r\nContent-Disposition: form-data; name="file"\r\n' + headers + b"\r\nPNG\r\n--B--\r\n"
+    for body, why in ((many, f"more than {MAX_MULTIPART_PARTS} parts"), (crowded, "header count")):
+        with pytest.raises(ApiError) as err:
+            extract_multipart_file(body, ctype)
+        assert err.value.code == "invalid_parameter" and why in err.value.message
