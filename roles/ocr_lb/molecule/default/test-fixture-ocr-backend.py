@@ -5,8 +5,9 @@ Listens on 127.0.0.1:<port> (stdlib only, no OCR):
 - GET /healthz: 200 {"status": "ready"}, or 503 {"status": "draining"} while the drain file exists
   (as the app).
 - POST /v1/ocr: reads the body, then answers JSON naming this host and echoing the X-Request-ID, X-Real-IP and
-  X-Forwarded-For it received. `?delay=S` waits S seconds before answering (a long OCR); `?die=1` closes the
-  connection without answering (a crash after the request arrived).
+  X-Forwarded-For it received. `?hold=1` answers only once the release file exists (a long OCR that
+  ends when the test says so); `?die=1` closes the connection without answering (a crash after the request
+  arrived).
 - GET /fixture/seen?request_id=ID: how many POSTs with that request id reached this host (replays show
   up here).
 """
@@ -22,6 +23,8 @@ from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
 DRAIN_FILE = Path("/run/ocr-app/drain")
+RELEASE_FILE = Path("/run/ocr-app/fixture-release")
+HOLD_LIMIT_S = 120  # a test that never releases still gets its answer
 HOST = socket.gethostname()
 SEEN: Counter = Counter()
 SEEN_LOCK = threading.Lock()
@@ -75,7 +78,10 @@ class Handler(BaseHTTPRequestHandler):
             self.close_connection = True
             self.connection.shutdown(socket.SHUT_RDWR)
             return
-        time.sleep(float(query.get("delay", ["0"])[0]))
+        if query.get("hold") == ["1"]:
+            deadline = time.monotonic() + HOLD_LIMIT_S
+            while not RELEASE_FILE.exists() and time.monotonic() < deadline:
+                time.sleep(0.05)
         self._send(
             200,
             {
