@@ -56,14 +56,15 @@ SERVING = {  # both sides: what the model card gives, sized for a 2-core CPU
 
 
 def documents(n: int) -> list[Doc]:
-    """Pages showing the tiny model's text, of varied sizes (PNG)."""
+    """The tiny model's pages (its variants in turn), of varied sizes (PNG)."""
     sys.path.insert(0, str(ROOT))
-    from tests.vllm.tiny_model import PAGE_LINES
+    from tests.vllm.tiny_model import VARIANTS
+    from tests.vllm.tiny_model import page as variant_page
 
     d = docs_module()
     docs = []
     for i in range(n):
-        page = d.render(PAGE_LINES, size=28 + 4 * (i % 4), width=900 + 120 * (i % 5))
+        page = variant_page(i % len(VARIANTS), size=28 + 4 * (i % 4), width=900 + 120 * (i % 5))
         docs.append(Doc(f"page{i}", d.encode(page.image, "PNG"), "image/png", page.image.size))
     return docs
 

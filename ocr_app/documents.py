@@ -280,7 +280,10 @@ def _raster_pages(
             im.seek(number - 1)
         except (EOFError, OSError, SyntaxError, ValueError, TypeError, KeyError, IndexError) as err:
             raise invalid_image(f"cannot read image page {number}: {err}") from None
-        out.append(_prepare_frame(im, number, limits))
+        page = _prepare_frame(im, number, limits)
+        if page.image is im and count > 1:  # the frame itself: the next seek would turn it into another
+            page.image = im.copy()
+        out.append(page)
     return out
 
 

@@ -80,12 +80,15 @@ def encode(image: Image.Image, fmt: str, **params) -> bytes:
 
 
 def pdf(pages: list[Image.Image], dpi: int = 150) -> bytes:
+    # Copies: Pillow leaves a saver's encoder settings on the images (PDF's JPEG ones break a TIFF).
+    pages = [p.copy() for p in pages]
     buf = io.BytesIO()
     pages[0].save(buf, format="PDF", save_all=True, append_images=pages[1:], resolution=dpi)
     return buf.getvalue()
 
 
 def multipage_tiff(pages: list[Image.Image]) -> bytes:
+    pages = [p.copy() for p in pages]  # as in pdf()
     buf = io.BytesIO()
     pages[0].save(buf, format="TIFF", save_all=True, append_images=pages[1:], compression="tiff_deflate")
     return buf.getvalue()

@@ -15,7 +15,7 @@ from ocr_app.documents import (
 )
 from ocr_app.results import ApiError
 
-from .docs import encode, jpeg_with_orientation, pdf, png_bomb, render
+from .docs import encode, jpeg_with_orientation, multipage_tiff, pdf, png_bomb, render
 
 LIMITS = Limits(max_pixels=50_000_000, max_image_side=1540, max_pages=50, pdf_dpi=200)
 
@@ -59,6 +59,17 @@ def test_pdf_poster_page_is_rendered_within_max_side():
     [page] = load_pages(data, "application/pdf", None, LIMITS)
     assert max(page.image.size) == 1540
     assert (page.width, page.height) == (40000, 20000)
+
+
+def test_tiff_frames_are_pages_each_its_own():
+    colours = [(255, 0, 0), (0, 255, 0), (0, 0, 255)]
+    data = multipage_tiff([Image.new("RGB", (40, 30), c) for c in colours])
+    pages = load_pages(data, "image/tiff", None, LIMITS)
+    assert [(p.number, p.image.getpixel((0, 0))) for p in pages] == [
+        (1, colours[0]),
+        (2, colours[1]),
+        (3, colours[2]),
+    ]
 
 
 def test_bomb_refused_from_header():

@@ -96,7 +96,7 @@ def vllm_settings(model: Path, **overrides) -> dict:
         "vllm_max_tokens": 64,
         "vllm_max_tokens_cap": 512,
         "vllm_enforce_eager": True,
-        "vllm_warmup_check_text": False,  # it reads every page as tiny_model.PAGE_MARKDOWN
+        "vllm_warmup_check_text": False,  # it reads every page as one of tiny_model.VARIANTS
         "rapidocr_workers": 1,
         "rapidocr_threads": 1,
         "max_concurrency": 4,

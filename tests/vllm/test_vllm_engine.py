@@ -1,7 +1,9 @@
 """engine: vllm through real HTTP: the real app on vLLM's CPU build with a tiny LightOnOCR checkpoint.
 
-The checkpoint reads every page as tiny_model.PAGE_MARKDOWN, and the test pages show that text, so the
-model's answer, its lines, their confidences and their boxes (grounding) can all be checked.
+The checkpoint reads a page drawn by tiny_model.page(v) as VARIANTS[v].markdown, the text that page
+shows, so the model's answer, its lines, their confidences and their boxes (grounding) can all be
+checked, and each answer by position: a page swapped within a document, or an answer crossed between
+concurrent requests, fails.
 """
 
 from __future__ import annotations
@@ -13,23 +15,23 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 from PIL import Image
 
-from ..docs import encode, multipage_tiff, pdf, render
+from ..docs import encode, multipage_tiff, pdf
 from .conftest import VllmServer, vllm_settings
-from .tiny_model import PAGE_LINES, PAGE_MARKDOWN
+from .tiny_model import VARIANTS, page
 
-EXPECTED_LINES = [line for line in PAGE_MARKDOWN.split("\n") if line]
 # Starting the app with vLLM takes ~1 min on 2 idle cores, several on busy ones: fixtures count in.
 pytestmark = pytest.mark.timeout(1200)
 
 
 @pytest.fixture(scope="module")
-def page():
-    return render(PAGE_LINES)
+def pages():
+    """Each variant's page, as the model was fitted on it."""
+    return [page(v) for v in range(len(VARIANTS))]
 
 
 @pytest.fixture(scope="module")
-def png(page) -> bytes:
-    return encode(page.image, "PNG")
+def png(pages) -> bytes:
+    return encode(pages[0].image, "PNG")
 
 
 def iou(a, b) -> float:
@@ -49,9 +51,13 @@ def total(metrics: dict[str, float], name: str) -> float:
     return sum(v for k, v in metrics.items() if k == name or k.startswith(name + "{"))
 
 
-def assert_clean_page(p: dict, rendered) -> None:
-    assert p["text"] == PAGE_MARKDOWN
-    assert [line["text"] for line in p["lines"]] == EXPECTED_LINES
+def markdown_lines(variant: int) -> list[str]:
+    return [line for line in VARIANTS[variant].markdown.split("\n") if line]
+
+
+def assert_clean_page(p: dict, variant: int, rendered) -> None:
+    assert p["text"] == VARIANTS[variant].markdown
+    assert [line["text"] for line in p["lines"]] == markdown_lines(variant)
     assert p["warnings"] == []
     for line, drawn in zip(p["lines"], rendered.boxes, strict=True):
         assert 0.5 < line["confidence"] <= 1.0, line
@@ -60,40 +66,46 @@ def assert_clean_page(p: dict, rendered) -> None:
         assert iou(line["bbox"], normalised(drawn, rendered.image.size)) > 0.5, (line, drawn)
 
 
-def test_image_gives_the_models_markdown_with_confidences_and_boxes(server, page, png):
-    r = server.ocr(png, "image/png")
+def test_image_gives_the_models_markdown_with_confidences_and_boxes(server, pages):
+    for v, rendered in enumerate(pages):
+        r = server.ocr(encode(rendered.image, "PNG"), "image/png")
+        assert r.status_code == 200, r.text
+        body = r.json()
+        assert (body["engine"], body["model"]) == ("vllm", "tiny-lightonocr")
+        [p] = body["pages"]
+        assert (p["page"], p["width"], p["height"]) == (1, rendered.image.width, rendered.image.height)
+        assert_clean_page(p, v, rendered)
+
+
+@pytest.mark.parametrize(
+    ("kind", "order"), [("application/pdf", [1, 2, 0]), ("image/tiff", [2, 0, 1])], ids=["pdf", "tiff"]
+)
+def test_multipage_document_reads_each_page_in_its_place(server, pages, kind, order):
+    images = [pages[v].image for v in order]
+    r = server.ocr(pdf(images) if kind == "application/pdf" else multipage_tiff(images), kind)
     assert r.status_code == 200, r.text
-    body = r.json()
-    assert (body["engine"], body["model"]) == ("vllm", "tiny-lightonocr")
-    [p] = body["pages"]
-    assert (p["page"], p["width"], p["height"]) == (1, page.image.width, page.image.height)
-    assert_clean_page(p, page)
+    got = r.json()["pages"]
+    assert [p["page"] for p in got] == list(range(1, len(order) + 1))
+    for p, v in zip(got, order, strict=True):
+        assert_clean_page(p, v, pages[v])
 
 
-def test_two_page_pdf(server, page):
-    r = server.ocr(pdf([page.image, page.image]), "application/pdf")
-    assert r.status_code == 200, r.text
-    pages = r.json()["pages"]
-    assert [p["page"] for p in pages] == [1, 2]
-    for p in pages:
-        assert_clean_page(p, page)
-
-
-def test_four_concurrent_requests_all_succeed(server, png, page):
+def test_concurrent_requests_each_get_their_own_pages(server, pages):
+    order = [0, 1, 2, 1]
     with ThreadPoolExecutor(4) as pool:
-        responses = list(pool.map(lambda _: server.ocr(png, "image/png"), range(4)))
-    assert [r.status_code for r in responses] == [200] * 4
-    for r in responses:
-        assert_clean_page(r.json()["pages"][0], page)
+        responses = list(pool.map(lambda v: server.ocr(encode(pages[v].image, "PNG"), "image/png"), order))
+    assert [r.status_code for r in responses] == [200] * len(order)
+    for r, v in zip(responses, order, strict=True):
+        assert_clean_page(r.json()["pages"][0], v, pages[v])
 
 
 def test_no_text_found_means_no_boxes(server):
-    # A blank page: the model still writes its text, the detector finds nothing to ground it on.
+    # A blank page reads as the variant of its colour (white: 0); the detector finds nothing to ground.
     r = server.ocr(encode(Image.new("RGB", (700, 300), "white"), "PNG"), "image/png")
     assert r.status_code == 200, r.text
     [p] = r.json()["pages"]
-    assert p["text"] == PAGE_MARKDOWN
-    assert [line["bbox"] for line in p["lines"]] == [None] * len(EXPECTED_LINES)
+    assert p["text"] == VARIANTS[0].markdown
+    assert [line["bbox"] for line in p["lines"]] == [None] * len(markdown_lines(0))
 
 
 def test_max_tokens_is_honoured(server, png):
@@ -102,7 +114,8 @@ def test_max_tokens_is_honoured(server, png):
     assert r.status_code == 200, r.text
     after = server.metrics()
     [p] = r.json()["pages"]
-    assert PAGE_MARKDOWN.startswith(p["text"]) and len(p["text"]) < len(PAGE_MARKDOWN)
+    full = VARIANTS[0].markdown
+    assert full.startswith(p["text"]) and len(p["text"]) < len(full)
 
     def delta(name: str) -> float:
         return total(after, name) - total(before, name)
@@ -183,7 +196,7 @@ def test_request_past_its_deadline_is_504_and_aborted(strict, png):
     assert after["ocr_vllm_unfinished_requests"] == 0
     ok = strict.ocr(png, "image/png")
     assert ok.status_code == 200, ok.text
-    assert ok.json()["pages"][0]["text"] == PAGE_MARKDOWN
+    assert ok.json()["pages"][0]["text"] == VARIANTS[0].markdown
 
 
 def test_engine_death_makes_the_app_unhealthy_and_exit_nonzero(strict):

@@ -7,8 +7,11 @@ offline) with Qwen's special tokens, and a chat template of the model's kind: a 
 user turn holding only `<|image_pad|>`, then the assistant's turn. Weights are those transformers'
 `LightOnOcrForConditionalGeneration` saves (`model.vision_encoder.*`, ...), which vLLM remaps.
 
-The weights start random (hidden 64, 2 layers) and are then fitted for a few hundred steps so that,
-whatever the image, the model writes PAGE_MARKDOWN and stops. That makes its output checkable: the
+The weights start random (hidden 64, 2 layers) and are then fitted for a few hundred steps so that
+the model reads a page drawn by `page(v)` as VARIANTS[v].markdown, and stops. Each variant has its own
+lines and background colour: the frozen random vision encoder tells the colours apart at any size, so
+the answer depends on the page (pages swapped inside a document, or answers crossed between requests,
+show), and a blank white page reads as variant 0. That makes the output checkable: the
 engine's text, lines, confidences and grounding can be asserted, and a `max_tokens` below its length
 produces the `length` finish that loop detection must catch.
 """
@@ -16,10 +19,42 @@ produces the `length` finish that loop detection must catch.
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 
-PAGE_LINES = ["Northwind Traders", "Invoice 2024-0193", "Ship to: 42 Harbour Road, Portsmouth"]
-PAGE_MARKDOWN = f"# {PAGE_LINES[0]}\n\n{PAGE_LINES[1]}\n{PAGE_LINES[2]}"
+
+@dataclass(frozen=True)
+class Variant:
+    lines: tuple[str, ...]
+    background: tuple[int, int, int]  # light enough for the grounding detector to read the text
+
+    @property
+    def markdown(self) -> str:
+        return f"# {self.lines[0]}\n\n" + "\n".join(self.lines[1:])
+
+
+VARIANTS = (
+    Variant(
+        ("Northwind Traders", "Invoice 2024-0193", "Ship to: 42 Harbour Road, Portsmouth"), (255, 255, 255)
+    ),
+    Variant(
+        ("Contoso Pharmaceuticals", "Invoice 2025-0207", "Ship to: 7 Mill Lane, Exeter"), (190, 215, 255)
+    ),
+    Variant(("Fabrikam Fabrics", "Invoice 2023-0311", "Ship to: 15 Quay Street, Bristol"), (255, 225, 160)),
+)
+
+
+def page(variant: int, **render_args):
+    """Variant `variant`'s page: its lines as tests/docs.render draws them (boxes included), tinted."""
+    from PIL import Image, ImageChops
+
+    from tests.docs import render
+
+    v = VARIANTS[variant]
+    rendered = render(list(v.lines), **render_args)
+    rendered.image = ImageChops.multiply(rendered.image, Image.new("RGB", rendered.image.size, v.background))
+    return rendered
+
 
 SPECIAL_TOKENS = [
     "<|endoftext|>",
@@ -52,8 +87,8 @@ CHAT_TEMPLATE = (
 )
 
 CORPUS = [
-    *PAGE_LINES,
-    PAGE_MARKDOWN,
+    *(line for v in VARIANTS for line in v.lines),
+    *(v.markdown for v in VARIANTS),
     "Subtotal 1,250.00 GBP and VAT 250.00 GBP",
     "Payment due within thirty days of receipt",
     "<table><tr><td>Item</td><td>Qty</td></tr></table>",
@@ -88,36 +123,24 @@ def _tokenizer(out: Path):
     return fast
 
 
-def _pixels(image, torch):
-    """The image as the Pixtral processor feeds it: RGB, scaled to [0, 1], CLIP-normalised."""
-    import numpy as np
+def _training_pages():
+    """(image, variant) pairs: each variant's page at the tests' size and the benchmark's, and blank.
 
-    arr = np.asarray(image.convert("RGB"), dtype=np.float32) / 255.0
-    mean = np.array([0.48145466, 0.4578275, 0.40821073], dtype=np.float32)
-    std = np.array([0.26862954, 0.26130258, 0.27577711], dtype=np.float32)
-    return torch.from_numpy(((arr - mean) / std).transpose(2, 0, 1)).unsqueeze(0)
+    From ~220 image tokens to ~720 (a 1540-px-wide strip); a blank page of each colour keeps the
+    answer on the colour, not on the text. Fewer sizes fit too, but then small pages lose lines.
+    """
+    from PIL import Image
 
-
-def _training_images(seed: int):
-    """Pages of varied sizes and contents; sides are multiples of patch x merge (28)."""
-    import random
-
-    from PIL import Image, ImageDraw
-
-    rng = random.Random(seed)
-    images = []
-    # From the warm-up sample's ~90 image tokens to the test pages' ~800 (a 1540-px-wide text strip).
-    for w, h in [(644, 112), (280, 392), (392, 280), (560, 336), (1400, 364), (1540, 420), (700, 980)]:
-        im = Image.new("RGB", (w, h), tuple(rng.randrange(200, 256) for _ in range(3)))
-        draw = ImageDraw.Draw(im)
-        for _ in range(6):
-            x, y = rng.randrange(w), rng.randrange(h)
-            draw.rectangle((x, y, x + rng.randrange(8, 80), y + rng.randrange(4, 20)), fill=(0, 0, 0))
-        images.append(im)
-    return images
+    pages = []
+    # Variants interleaved: fitted one after another, each would undo the last one's fit.
+    for size, width in [(40, 1400), (28, 900), (32, 1140), (36, 1020), (40, 1540), (24, 700)]:
+        pages += [(page(v, size=size, width=width).image, v) for v in range(len(VARIANTS))]
+    for w, h in [(700, 300), (392, 532)]:
+        pages += [(Image.new("RGB", (w, h), v.background), i) for i, v in enumerate(VARIANTS)]
+    return pages
 
 
-def build(out: Path, steps: int = 210, seed: int = 0) -> Path:
+def build(out: Path, steps: int = 300, seed: int = 0) -> Path:
     """Write the checkpoint into `out` (created) and return it."""
     import torch
 
@@ -125,13 +148,13 @@ def build(out: Path, steps: int = 210, seed: int = 0) -> Path:
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # tiny tensors: threads only add synchronisation, and the CPUs are shared
     try:
-        return _build(out, steps, seed, torch)
+        return _build(out, steps, torch)
     finally:
         torch.set_num_threads(threads)
 
 
-def _build(out: Path, steps: int, seed: int, torch) -> Path:
-    from transformers import LightOnOcrConfig, LightOnOcrForConditionalGeneration
+def _build(out: Path, steps: int, torch) -> Path:
+    from transformers import AutoImageProcessor, LightOnOcrConfig, LightOnOcrForConditionalGeneration
 
     out.mkdir(parents=True, exist_ok=True)
     tokenizer = _tokenizer(out)
@@ -168,29 +191,6 @@ def _build(out: Path, steps: int, seed: int, torch) -> Path:
     config = LightOnOcrConfig(
         vision_config=vision, text_config=text, image_token_id=image_token_id, spatial_merge_size=MERGE
     )
-    model = LightOnOcrForConditionalGeneration(config)
-    _fit(model, tokenizer, image_token_id, steps, seed, torch)
-    model.to(torch.bfloat16).save_pretrained(out, safe_serialization=True)
-
-    # vLLM serves LightOnOCR from a Mistral3-style config (as the published checkpoint has it).
-    cfg = json.loads((out / "config.json").read_text())
-    cfg.update(
-        architectures=["LightOnOCRForConditionalGeneration"],
-        model_type="mistral3",
-        image_token_index=image_token_id,
-        projector_hidden_act="gelu",
-        multimodal_projector_bias=False,
-        vision_feature_layer=-1,
-        spatial_merge_size=MERGE,
-        tie_word_embeddings=True,
-        dtype="bfloat16",
-    )
-    cfg.pop("image_token_id", None)
-    (out / "config.json").write_text(json.dumps(cfg, indent=2))
-    eos = [tokenizer.convert_tokens_to_ids("<|im_end|>"), tokenizer.convert_tokens_to_ids("<|endoftext|>")]
-    (out / "generation_config.json").write_text(
-        json.dumps({"eos_token_id": eos, "pad_token_id": eos[1], "temperature": 0.2, "top_p": 0.9})
-    )
     processor = {
         "processor_class": "PixtralProcessor",
         "image_token": "<|image_pad|>",
@@ -215,37 +215,63 @@ def _build(out: Path, steps: int, seed: int, torch) -> Path:
         "size": {"longest_edge": LONGEST_EDGE},
     }
     (out / "preprocessor_config.json").write_text(json.dumps(preprocessor, indent=2))
+    model = LightOnOcrForConditionalGeneration(config)
+    _fit(model, tokenizer, AutoImageProcessor.from_pretrained(out), image_token_id, steps, torch)
+    model.to(torch.bfloat16).save_pretrained(out, safe_serialization=True)
+
+    # vLLM serves LightOnOCR from a Mistral3-style config (as the published checkpoint has it).
+    cfg = json.loads((out / "config.json").read_text())
+    cfg.update(
+        architectures=["LightOnOCRForConditionalGeneration"],
+        model_type="mistral3",
+        image_token_index=image_token_id,
+        projector_hidden_act="gelu",
+        multimodal_projector_bias=False,
+        vision_feature_layer=-1,
+        spatial_merge_size=MERGE,
+        tie_word_embeddings=True,
+        dtype="bfloat16",
+    )
+    cfg.pop("image_token_id", None)
+    (out / "config.json").write_text(json.dumps(cfg, indent=2))
+    eos = [tokenizer.convert_tokens_to_ids("<|im_end|>"), tokenizer.convert_tokens_to_ids("<|endoftext|>")]
+    (out / "generation_config.json").write_text(
+        json.dumps({"eos_token_id": eos, "pad_token_id": eos[1], "temperature": 0.2, "top_p": 0.9})
+    )
     return out
 
 
-def _fit(model, tokenizer, image_token_id: int, steps: int, seed: int, torch) -> None:
-    """Teach the decoder to answer every page with PAGE_MARKDOWN, then <|im_end|>.
+def _fit(model, tokenizer, processor, image_token_id: int, steps: int, torch) -> None:
+    """Teach the decoder to answer each training page with its variant's markdown, then <|im_end|>.
 
     The vision encoder and projector stay as initialised (vLLM computes the same image features from
-    them), so each training page's features are computed once and only the decoder is trained.
+    them, from the same image processor's pixels), so each training page's features are computed
+    once and only the decoder is trained.
     """
-    target = tokenizer.encode(PAGE_MARKDOWN + "<|im_end|>", add_special_tokens=False)
     prompt_text = tokenizer.apply_chat_template(
         [{"role": "user", "content": [{"type": "image"}]}], tokenize=False, add_generation_prompt=True
     )
     before, after = prompt_text.split("<|image_pad|>")
     head = tokenizer.encode(before, add_special_tokens=False)
     tail = tokenizer.encode(after, add_special_tokens=False)
+    targets = [tokenizer.encode(v.markdown + "<|im_end|>", add_special_tokens=False) for v in VARIANTS]
     vision = (model.model.vision_encoder, model.model.vision_projection)
     for part in vision:
         part.requires_grad_(False)
     embed = model.get_input_embeddings()
     samples = []
-    for image in _training_images(seed):
-        n = (image.height // (PATCH * MERGE)) * (image.width // (PATCH * MERGE))
-        ids = torch.tensor([head + [image_token_id] * n + tail + target])
-        labels = torch.full_like(ids, -100)
-        labels[0, -len(target) :] = torch.tensor(target)
+    for image, variant in _training_pages():
+        pixels = processor(images=[image], return_tensors="pt")
         with torch.no_grad():
             features = model.model.get_image_features(
-                pixel_values=_pixels(image, torch), image_sizes=torch.tensor([[image.height, image.width]])
+                pixel_values=pixels["pixel_values"], image_sizes=pixels["image_sizes"]
             ).pooler_output
-        samples.append((ids, labels, torch.cat(features).unsqueeze(0)))
+        features = torch.cat(features).unsqueeze(0)
+        target = targets[variant]
+        ids = torch.tensor([head + [image_token_id] * features.shape[1] + tail + target])
+        labels = torch.full_like(ids, -100)
+        labels[0, -len(target) :] = torch.tensor(target)
+        samples.append((ids, labels, features))
     model.train()
     opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=3e-3, weight_decay=0.0)
     losses = [9.9] * len(samples)
@@ -261,12 +287,13 @@ def _fit(model, tokenizer, image_token_id: int, steps: int, seed: int, torch) ->
         losses[k] = loss.item()
     model.eval()
     if max(losses) > 0.05:
-        raise RuntimeError(f"tiny model did not fit its page (losses {[round(x, 3) for x in losses]})")
+        raise RuntimeError(f"tiny model did not fit its pages (losses {[round(x, 3) for x in losses]})")
 
 
 if __name__ == "__main__":
     import sys
     import time
 
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # for tests.docs, run as a script
     t = time.perf_counter()
     print(build(Path(sys.argv[1])), f"{time.perf_counter() - t:.1f}s")
