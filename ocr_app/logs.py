@@ -44,9 +44,10 @@ def structured(record: logging.LogRecord) -> dict[str, object]:
     return {k: v for k, v in record.__dict__.items() if k not in _RECORD_ATTRS and v is not None}
 
 
-def summary(record: logging.LogRecord) -> str:
-    """The line a person reads: the access record as `POST /v1/ocr 200 1.6 s 1 page caller=fleet`."""
-    f = structured(record)
+def summary(record: logging.LogRecord, values: dict[str, object] | None = None) -> str:
+    """The line a person reads: the access record as `POST /v1/ocr 200 1.6 s 1 page caller=fleet`.
+    `values`: the record's structured(), when the caller has it already."""
+    f = structured(record) if values is None else values
     if record.name != "ocr_app.access" or "route" not in f:
         return record.getMessage()
     parts = [str(f.get("method", "")), str(f["route"]), str(f.get("status", ""))]
@@ -62,8 +63,9 @@ def summary(record: logging.LogRecord) -> str:
 def journal_fields(record: logging.LogRecord, identifier: str) -> list[tuple[str, object]]:
     """One journal entry: PRIORITY, MESSAGE, SYSLOG_IDENTIFIER, the code location, then each structured value
     under its upper-cased name (journald allows A-Z, 0-9 and '_', not leading)."""
+    values = structured(record)
     fields: list[tuple[str, object]] = [
-        ("MESSAGE", summary(record)),
+        ("MESSAGE", summary(record, values)),
         ("PRIORITY", _PRIORITY.get(record.levelno, 6)),
         ("SYSLOG_IDENTIFIER", identifier),
         ("LOGGER", record.name),
@@ -73,9 +75,11 @@ def journal_fields(record: logging.LogRecord, identifier: str) -> list[tuple[str
     ]
     if record.exc_info:
         fields.append(("TRACEBACK", "".join(traceback.format_exception(*record.exc_info))))
-    for key, value in structured(record).items():
+    taken = {n for n, _ in fields}
+    for key, value in values.items():
         name = _FIELD_NAME.sub("_", key.upper()).lstrip("_")
-        if name and name not in {n for n, _ in fields}:
+        if name and name not in taken:
+            taken.add(name)
             fields.append((name, value if isinstance(value, int | float | str) else str(value)))
     return fields
 

@@ -36,7 +36,7 @@ def source_of(metric: str) -> str | None:
 class Selector:
     alert: str
     metric: str
-    matchers: tuple[tuple[str, str, str], ...]  # (label, op, value); op "=" fixes the value
+    matchers: tuple[tuple[str, str, str], ...]  # (label, op, value); op "Equal" fixes the value
 
 
 def selectors(rules: Path = RULES) -> list[Selector]:
