@@ -31,7 +31,7 @@ browser-deps:  ## Debian's chromium and chromedriver, for make test-web
 	scripts/install-system-deps.sh browser
 
 lab-deps:  ## what the nspawn lab needs on this machine (root)
-	tests/lab/install-deps.sh
+	lab/install-deps.sh
 
 demo: system-deps lab-deps venv wheelhouse  ## a local fleet: 2 app hosts + HAProxy in the lab, OCR through it (root)
 	$(BIN)/python scripts/demo.py up
@@ -108,4 +108,4 @@ wheelhouse: venv  ## the app and all its dependencies as wheels for the hosts (b
 	scripts/build-wheelhouse.sh build/wheelhouse
 
 test-roles: lab-deps venv wheelhouse  ## every role's Molecule scenario on nspawn hosts (root)
-	PATH="$(abspath $(BIN)):$$PATH" tests/molecule/run.sh
+	PATH="$(abspath $(BIN)):$$PATH" lab/molecule/run.sh

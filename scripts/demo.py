@@ -21,9 +21,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from lab import fleet as F  # noqa: E402
+from lab import lab as L  # noqa: E402
 from scripts.demo_local import sample_document  # noqa: E402
-from tests.lab import fleet as F  # noqa: E402
-from tests.lab import lab as L  # noqa: E402
 
 
 def say(msg: str) -> None:
@@ -61,7 +61,7 @@ def up(args: argparse.Namespace) -> int:
     except F.PlaybookFailed as err:
         progress.done()
         say(str(err))
-        say(f"the hosts stay up to look at (`python3 -m tests.lab ssh {args.lab} app-1`); `make demo-down`")
+        say(f"the hosts stay up to look at (`python3 -m lab ssh {args.lab} app-1`); `make demo-down`")
         return 1
     progress.done()
     say(f"fleet converged in {time.monotonic() - started:.0f} s")
@@ -85,7 +85,7 @@ def up(args: argparse.Namespace) -> int:
   Upgrade:       make wheelhouse   (after changing the app; bump its version in pyproject.toml), then
                  OCRFLEET_LAB_NAME={args.lab} .venv/bin/ansible-playbook -i inventory/lab \\
                    playbooks/upgrade.yml -e @{fleet.vars_file}
-  Hosts:         python3 -m tests.lab ssh {args.lab} app-1   (journalctl -u 'ocr-app@*')
+  Hosts:         python3 -m lab ssh {args.lab} app-1   (journalctl -u 'ocr-app@*')
   Stop:          {"make demo-down" if args.lab == "demo" else f"scripts/demo.py --lab {args.lab} down"}
 """
     )

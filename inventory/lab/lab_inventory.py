@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Ansible inventory of a running nspawn lab (tests/lab): `ansible-playbook -i inventory/lab site.yml`.
+"""Ansible inventory of a running nspawn lab (lab/): `ansible-playbook -i inventory/lab site.yml`.
 
 The lab is `$OCRFLEET_LAB_NAME` (default `site`). Hosts are grouped by name: `app-N` -> ocr_servers,
 `lb-N` -> ocr_lb. Connection settings come from the lab's own state (key, addresses, apt proxy).
@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from tests.lab import lab as lab_api
+from lab import lab as lab_api
 
 GROUPS = {"app": "ocr_servers", "lb": "ocr_lb"}
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.lab import fleet as F
+from lab import fleet as F
 
 ROOT = Path(__file__).resolve().parents[2]
 LAB = os.environ.get("OCRFLEET_FLEET_LAB", "fleet")

@@ -15,9 +15,9 @@ import re
 
 import pytest
 
+from lab import lab as L
 from tests.fleet.conftest import lb_servers, say
 from tests.fleet.load import Load, documents, large_documents
-from tests.lab import lab as L
 
 pytestmark = [pytest.mark.lab, pytest.mark.timeout(1800)]
 

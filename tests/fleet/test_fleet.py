@@ -21,11 +21,11 @@ from pathlib import Path
 
 import pytest
 
+from lab import fleet as F
+from lab import lab as L
 from tests.fleet.conftest import ROOT, current_release, lb_servers, say, task_order
 from tests.fleet.load import Load
 from tests.fleet.releases import break_reading, derive_wheelhouse
-from tests.lab import fleet as F
-from tests.lab import lab as L
 
 pytestmark = [pytest.mark.lab, pytest.mark.timeout(3600)]
 

@@ -1,7 +1,7 @@
 import sys
 from pathlib import Path
 
-# `from tests.lab import lab` must work whatever pytest's import mode or rootdir.
+# `from lab import lab` must work whatever pytest's import mode or rootdir.
 _ROOT = str(Path(__file__).resolve().parents[2])
 if _ROOT not in sys.path:
     sys.path.insert(0, _ROOT)

@@ -1,7 +1,7 @@
 """Self-test of the nspawn lab: two real systemd hosts, then a teardown that leaves nothing.
 
 Run as root:  .venv/bin/pytest tests/lab -m lab
-Needs tests/lab/install-deps.sh; builds the image on first use (a few minutes).
+Needs lab/install-deps.sh; builds the image on first use (a few minutes).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.lab import lab as L
+from lab import lab as L
 
 pytestmark = [pytest.mark.lab, pytest.mark.timeout(900)]
 
@@ -41,7 +41,7 @@ def nft_controller() -> str:
 def lab():
     if os.geteuid() != 0 or not shutil.which("systemd-nspawn") or not shutil.which("apt-cacher-ng"):
         # Fail, never skip: a lab test that did not run must not look like one that passed.
-        pytest.fail("the lab needs root and tests/lab/install-deps.sh (make test runs it)", pytrace=False)
+        pytest.fail("the lab needs root and lab/install-deps.sh (make test runs it)", pytrace=False)
     nft_before = nft_controller()
     lb = L.up(LAB, count=2)
     lb.nft_before = nft_before

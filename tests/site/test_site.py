@@ -22,10 +22,10 @@ import httpx
 import jiwer
 import pytest
 
+from lab import fleet as F
+from lab import lab as L
 from tests import old_tls
 from tests.docs import TEXTS, encode, render
-from tests.lab import fleet as F
-from tests.lab import lab as L
 
 pytestmark = [pytest.mark.lab, pytest.mark.timeout(2400)]
 

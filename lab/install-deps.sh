@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Install what the nspawn lab needs on the controller. Idempotent; safe to rerun.
 # The controller has no systemd as PID 1, so no package may start a service:
-# apt-cacher-ng is started and stopped by the lab itself (tests/lab/lab.py).
+# apt-cacher-ng is started and stopped by the lab itself (lab/lab.py).
 set -euo pipefail
 
 [ "$(id -u)" = 0 ] || { echo "install-deps.sh: must run as root" >&2; exit 1; }
@@ -45,7 +45,7 @@ fi
 # it listens on loopback only. The lab always passes BindAddress on the command
 # line (the lab network address), which overrides this file.
 conf=/etc/apt-cacher-ng/zz-ocrfleet-lab.conf
-want='# Written by ocrfleet tests/lab/install-deps.sh: never listen on public interfaces.
+want='# Written by ocrfleet lab/install-deps.sh: never listen on public interfaces.
 BindAddress: 127.0.0.1'
 if [ "$(cat "$conf" 2>/dev/null)" != "$want" ]; then
   printf '%s\n' "$want" > "$conf"

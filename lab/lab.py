@@ -1,7 +1,7 @@
 """A lab of real systemd hosts: Debian rootfs booted with systemd-nspawn on a Linux bridge.
 
 Stdlib only (it runs before any venv exists). Root only. Used by the CLI
-(`python3 -m tests.lab ...`), pytest fixtures and Molecule create/destroy playbooks.
+(`python3 -m lab ...`), pytest fixtures and Molecule create/destroy playbooks.
 
 Layout (see README.md):
   cache  $OCRFLEET_LAB_CACHE (/var/cache/ocrfleet-lab): images/<name>/ + <name>.stamp, apt-cacher-ng/
@@ -178,7 +178,7 @@ def _require_root() -> None:
         raise LabError("the lab needs root (nspawn, bridges, cgroups)")
     for tool in ("systemd-nspawn", "debootstrap", "apt-cacher-ng", "ip", "nsenter", "ssh-keygen"):
         if not shutil.which(tool):
-            raise LabError(f"{tool} not found: run tests/lab/install-deps.sh")
+            raise LabError(f"{tool} not found: run lab/install-deps.sh")
 
 
 def _tail(path: Path, lines: int = 40) -> str:
@@ -855,7 +855,7 @@ def _write_state(lab: Lab) -> None:
 
 
 def _write_inventory(lab: Lab) -> None:
-    lines = ["# Written by tests/lab (ocrfleet). Regenerated on every `up`.", "[lab]"]
+    lines = ["# Written by lab/ (ocrfleet). Regenerated on every `up`.", "[lab]"]
     lines += [f"{h.name} ansible_host={h.address}" for h in lab.hosts]
     common = "-o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null -o IdentitiesOnly=yes"
     lines += [

@@ -1,4 +1,4 @@
-"""CLI: python3 -m tests.lab {image,up,down,status,exec,ssh,instance-config} (see README.md)."""
+"""CLI: python3 -m lab {image,up,down,status,exec,ssh,instance-config} (see README.md)."""
 
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ def _print(obj, as_json: bool) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python3 -m tests.lab", description=lab.__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(prog="python3 -m lab", description=lab.__doc__.split("\n")[0])
     sub = p.add_subparsers(dest="cmd", required=True)
     s = sub.add_parser("image", help="build/reuse the cached Debian rootfs")
     s.add_argument("--force", action="store_true", help="rebuild even if the cached one is current")
