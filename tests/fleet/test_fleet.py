@@ -78,9 +78,9 @@ def test_rolling_upgrades_under_load(fleet, tmp_path):
             assert fleet.host_health(h)["version"] == good, h
         # One host at a time: each host is back in the pool before the next one is drained.
         order = task_order(r, "Switch the fleet")
-        drains = [order.index((h, "Drain the host (its /healthz says draining; requests in flight finish)"))
-                  for h in fleet.apps]  # fmt: skip
-        undrains = [order.index((h, "Undrain the host")) for h in fleet.apps]
+        # The ocr_app role's drain and undrain entry points, by their tasks.
+        drains = [order.index((h, "Write the drain file")) for h in fleet.apps]
+        undrains = [order.index((h, "Remove the drain file")) for h in fleet.apps]
         assert drains[0] < undrains[0] < drains[1] < undrains[1] < drains[2] < undrains[2]
         assert {lb_servers(fleet)[h]["status"] for h in fleet.apps} == {"UP"}
         after_good = load.total
