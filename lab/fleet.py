@@ -22,7 +22,7 @@ import httpx
 
 from . import lab as L
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 Progress = Callable[[str], None]
 
 
