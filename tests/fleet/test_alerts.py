@@ -3,8 +3,8 @@
 `kill -9` of app-3's second instance (ocr-app@1; the host still serves through @0, so only a per-instance
 scrape sees it) with systemd's restart held off, then: the alert reaches mon-1's Alertmanager API no sooner
 than the rule's `for:` and no later than `for:` + one scrape and one evaluation interval after the kill; once
-the instance is started again it leaves the active alerts within one scrape + one evaluation interval.
-Prints `alert_fired_after_s=S` and `alert_resolved_after_s=S`.
+the instance is started again (from `systemctl start` returning, at READY=1) it leaves the active alerts
+within one scrape + one evaluation interval. Prints `alert_fired_after_s=S` and `alert_resolved_after_s=S`.
 """
 
 from __future__ import annotations
