@@ -1,4 +1,5 @@
-"""A fleet in the lab: app hosts and a load balancer converged with site.yml (`make demo`, `make test-fleet`).
+"""A fleet in the lab: app hosts, a load balancer and a monitoring host converged with site.yml (`make demo`,
+`make test-fleet`).
 
 Playbooks run through ansible-runner against `inventory/lab` with the venv's pinned Ansible; an optional
 progress callback sees one line per play and task as they start.
@@ -169,7 +170,8 @@ class Fleet:
 def up(
     name: str, apps: int, state: Path, *, progress: Progress | None = None, extravars: dict | None = None
 ) -> Fleet:
-    """Boot `apps` app hosts and one load balancer and converge site.yml on them (CPU engine)."""
+    """Boot `apps` app hosts, one load balancer and one monitoring host (Prometheus, Alertmanager), then
+    converge site.yml on them (CPU engine)."""
     state.mkdir(parents=True, exist_ok=True)
     os.chmod(state, 0o700)
     key_file = state / "api-key"
@@ -178,8 +180,8 @@ def up(
         os.chmod(key_file, 0o600)
     key = key_file.read_text().strip()
     if progress:
-        progress(f"booting {apps} app hosts and 1 load balancer (lab {name!r})")
-    lab = L.up(name, hosts=[f"app-{i}" for i in range(1, apps + 1)] + ["lb-1"])
+        progress(f"booting {apps} app hosts, 1 load balancer and 1 monitoring host (lab {name!r})")
+    lab = L.up(name, hosts=[f"app-{i}" for i in range(1, apps + 1)] + ["lb-1", "mon-1"])
     fleet = Fleet(lab=lab, state=state, key=key)
     fleet.vars_file.write_text(json.dumps(fleet.extravars(), indent=2) + "\n")  # JSON is YAML
     os.chmod(fleet.vars_file, 0o600)

@@ -55,7 +55,10 @@ def up(args: argparse.Namespace) -> int:
         say("building the lab's Debian image (once; cached in /var/cache/ocrfleet-lab)")
         L.build_image()
     progress = Progress()
-    say(f"booting {args.apps} app hosts and 1 load balancer, then converging site.yml (CPU engine)")
+    say(
+        f"booting {args.apps} app hosts, a load balancer and a monitoring host, then converging site.yml "
+        "(CPU engine)"
+    )
     try:
         fleet = F.up(args.lab, args.apps, state, progress=progress)
     except F.PlaybookFailed as err:
@@ -86,6 +89,7 @@ def up(args: argparse.Namespace) -> int:
                  OCRFLEET_LAB_NAME={args.lab} .venv/bin/ansible-playbook -i inventory/lab \\
                    playbooks/upgrade.yml -e @{fleet.vars_file}
   Hosts:         python3 -m lab ssh {args.lab} app-1   (journalctl -u 'ocr-app@*')
+  Monitoring:    python3 -m lab ssh {args.lab} mon-1   (Prometheus on 127.0.0.1:9090, Alertmanager on :9093)
   Stop:          {"make demo-down" if args.lab == "demo" else f"scripts/demo.py --lab {args.lab} down"}
 """
     )

@@ -2,7 +2,8 @@
 """Ansible inventory of a running nspawn lab (lab/): `ansible-playbook -i inventory/lab site.yml`.
 
 The lab is `$OCRFLEET_LAB_NAME` (default `site`). Hosts are grouped by name: `app-N` -> ocr_servers,
-`lb-N` -> ocr_lb. Connection settings come from the lab's own state (key, addresses, apt proxy).
+`lb-N` -> ocr_lb, `mon-N` -> monitoring. Connection settings come from the lab's own state (key, addresses,
+apt proxy).
 """
 
 import json
@@ -13,7 +14,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from lab import lab as lab_api
 
-GROUPS = {"app": "ocr_servers", "lb": "ocr_lb"}
+GROUPS = {"app": "ocr_servers", "lb": "ocr_lb", "mon": "monitoring"}
 
 
 def inventory() -> dict:

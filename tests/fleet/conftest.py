@@ -1,5 +1,5 @@
-"""The fleet the scenarios of `make test-fleet` share: 3 app hosts + 1 HAProxy host, brought up once by
-`make demo`'s own script (so the demo is tested too), torn down at the end of the session.
+"""The fleet the scenarios of `make test-fleet` share: 3 app hosts + 1 HAProxy host + 1 monitoring host,
+brought up once by `make demo`'s own script (so the demo is tested too), torn down at the end of the session.
 
 OCRFLEET_FLEET_LAB names the lab (default `fleet`), so that two runs on one machine do not collide.
 """
@@ -64,7 +64,10 @@ def fleet(tmp_path_factory):
         fl = F.load(LAB, state)
         for expected in ("invoice No. 2048", "Ada Lovelace", f"Load balancer: {fl.lb_url}", fl.key):
             assert expected in demo.stdout, demo.stdout[-3000:]
-        say(f"scripts/demo.py: {APPS} app hosts + 1 load balancer up in {time.monotonic() - start:.0f} s")
+        say(
+            f"scripts/demo.py: {APPS} app hosts + 1 load balancer + 1 monitoring host up in "
+            f"{time.monotonic() - start:.0f} s"
+        )
         yield fl
     finally:
         F.down(LAB)
