@@ -23,8 +23,15 @@ RULES = Path(__file__).resolve().parents[1] / "files" / "prometheus" / "ocrfleet
 _SUFFIXES = {"counter": ("_total", "_created"), "histogram": ("_bucket", "_sum", "_count", "_created")}
 
 
-# Who exports what, by metric name prefix (the longest match wins).
-SOURCES = {"ocr_": "app", "ocr_gpu_": "gpu_metrics", "haproxy_": "haproxy", "up": "prometheus"}
+# Who exports what, by metric name prefix (the longest match wins). process_*: every exporter has them; the
+# rules that read them keep the app's targets only (`and on (job, instance) ocr_build_info`).
+SOURCES = {
+    "ocr_": "app",
+    "process_": "app",
+    "ocr_gpu_": "gpu_metrics",
+    "haproxy_": "haproxy",
+    "up": "prometheus",
+}
 
 
 def source_of(metric: str) -> str | None:
