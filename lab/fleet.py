@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import secrets
+import shutil
 import ssl
 import sys
 import tempfile
@@ -20,6 +21,7 @@ from pathlib import Path
 
 import ansible_runner
 import httpx
+import yaml
 
 from . import lab as L
 
@@ -41,6 +43,32 @@ def require_wheelhouse() -> Path:
     if not any(wheelhouse.glob("ocr_app-*.whl")):
         raise FileNotFoundError(f"no app wheel in {wheelhouse}: run `make wheelhouse` (test-site/fleet do)")
     return wheelhouse
+
+
+MODEL_VARS = ROOT / "inventory" / "lab" / "group_vars" / "ocr_servers" / "ocr_model.yml"
+MODELS = ROOT / "build" / "models"  # lab_models_dir in inventory/lab
+
+
+def lab_model() -> tuple[str, str]:
+    """The model name and revision the lab inventory installs."""
+    v = yaml.safe_load(MODEL_VARS.read_text())
+    return v["ocr_model_name"], v["ocr_model_revision"]
+
+
+def require_model(revision: str | None = None) -> Path:
+    """The directory of a model revision of the lab's model (default: the inventory's revision) on the
+    controller, with its manifest beside it (<revision>.json): written from the installed rapidocr wheel
+    (`ocr-app rapidocr-models`) unless present. Other revisions are other names for the same files."""
+    from ocr_app.cli import main as ocr_app
+
+    name, default = lab_model()
+    out = MODELS / name / (revision or default)
+    manifest = out.parent / f"{out.name}.json"
+    if not manifest.is_file():  # written last: a revision with a manifest is complete
+        shutil.rmtree(out, ignore_errors=True)
+        if ocr_app(["rapidocr-models", str(out), "--manifest", str(manifest)]) != 0:
+            raise RuntimeError(f"ocr-app rapidocr-models {out} failed")
+    return out
 
 
 def failures(r: ansible_runner.Runner) -> list[str]:
@@ -179,6 +207,7 @@ def up(
         key_file.write_text("ocr_" + secrets.token_urlsafe(32) + "\n")
         os.chmod(key_file, 0o600)
     key = key_file.read_text().strip()
+    require_model()
     if progress:
         progress(f"booting {apps} app hosts, 1 load balancer and 1 monitoring host (lab {name!r})")
     lab = L.up(name, hosts=[f"app-{i}" for i in range(1, apps + 1)] + ["lb-1", "mon-1"])

@@ -1,4 +1,4 @@
-"""ocr-app: serve | check | keys | manifest | verify | ocr."""
+"""ocr-app: serve | check | keys | manifest | verify | rapidocr-models | ocr."""
 
 from __future__ import annotations
 
@@ -199,6 +199,21 @@ def cmd_verify(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_rapidocr_models(args: argparse.Namespace) -> int:
+    """The CPU engine's models as a model revision, from the installed rapidocr wheel (no network)."""
+    from .engines.rapidocr import export_wheel_models
+
+    out = Path(args.dir)
+    if out.exists() and any(out.iterdir()):
+        raise ConfigError(f"{out} is not empty: a revision is written once (give a new directory)")
+    files = export_wheel_models(out)
+    print(f"wrote {', '.join(p.name for p in files)} to {out}")
+    if args.manifest:
+        Path(args.manifest).write_text(json.dumps(build_manifest(out), indent=2) + "\n")
+        print(f"manifest: {args.manifest}")
+    return 0
+
+
 def cmd_ocr(args: argparse.Namespace) -> int:
     import httpx
 
@@ -272,6 +287,13 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("dir")
     s.add_argument("manifest")
     s.set_defaults(func=cmd_verify)
+
+    s = sub.add_parser(
+        "rapidocr-models", help="write the rapidocr wheel's models into DIR as a model revision (model_path)"
+    )
+    s.add_argument("dir")
+    s.add_argument("--manifest", "-m", help="also write DIR's manifest (as `ocr-app manifest DIR -o`) here")
+    s.set_defaults(func=cmd_rapidocr_models)
 
     s = sub.add_parser("ocr", help="OCR a file through a running service")
     s.add_argument("file")

@@ -37,6 +37,8 @@ class Settings(BaseSettings):
 
     # Engine
     engine: Literal["auto", "rapidocr", "vllm"] = "auto"
+    # The engine's model directory: the VLM for vllm; for rapidocr a revision of det.onnx, rec.onnx,
+    # rec_keys.txt, cls.onnx (none: the rapidocr wheel's own models).
     model_path: Path | None = None
     rapidocr_use_cls: bool = False
     # workers x threads = cores: two threads per instance halve a lone request's latency, and

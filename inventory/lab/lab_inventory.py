@@ -11,8 +11,9 @@ import os
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from lab import lab as lab_api
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+from lab import lab as lab_api  # noqa: E402
 
 GROUPS = {"app": "ocr_servers", "lb": "ocr_lb", "mon": "monitoring"}
 
@@ -45,6 +46,8 @@ def inventory() -> dict:
                 "lab_name": lab.name,
                 "lab_controller_address": lab.bridge_ip,
                 "lab_subnet": lab.subnet,
+                # Where lab/fleet.py writes the model revisions the lab installs (group_vars/ocr_servers).
+                "lab_models_dir": str(ROOT / "build" / "models"),
             }
         },
         "_meta": {"hostvars": hostvars},

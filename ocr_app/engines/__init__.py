@@ -35,7 +35,7 @@ def resolve_engine_name(settings: Settings) -> str:
 def create_engine(settings: Settings) -> Engine:
     name = resolve_engine_name(settings)
     if name == "rapidocr":
-        return _rapidocr(settings)
+        return _rapidocr(settings, settings.model_path)
     if name == "vllm":
         from .vllm import VllmEngine
 
@@ -43,7 +43,7 @@ def create_engine(settings: Settings) -> Engine:
     raise EngineError(f"unknown engine {name!r}")
 
 
-def _rapidocr(settings: Settings) -> Engine:
+def _rapidocr(settings: Settings, model_dir: Path | None = None) -> Engine:
     from .rapidocr import RapidOcrEngine
 
     return RapidOcrEngine(
@@ -52,6 +52,7 @@ def _rapidocr(settings: Settings) -> Engine:
         use_cls=settings.rapidocr_use_cls,
         det_limit_type=settings.rapidocr_det_limit_type,
         det_limit_side=settings.rapidocr_det_limit_side,
+        model_dir=model_dir,
     )
 
 
@@ -63,4 +64,5 @@ def _grounding_detector(settings: Settings) -> Engine | None:
     if missing:
         log.warning("grounding is off (lines get bbox null): %s not installed", ", ".join(missing))
         return None
+    # model_path is the VLM's there: grounding boxes with the wheel's own models.
     return _rapidocr(settings)

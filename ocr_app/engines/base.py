@@ -6,6 +6,7 @@ import abc
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from PIL import Image, ImageDraw, ImageFont
 
@@ -30,6 +31,16 @@ class EnginePage:
 
 class EngineError(Exception):
     """The engine cannot serve (failed load, failed self-test, died)."""
+
+
+def model_label(path: Path) -> tuple[Path, str]:
+    """The directory a model setting names, resolved, and how the engine reports it: a revision behind a
+    `current` symlink (the ocr_model role's layout) is `<name>@<revision>`, so that a switch of `current`
+    cannot go unnoticed."""
+    resolved = path.resolve()
+    if path.is_symlink():
+        return resolved, f"{resolved.parent.name}@{resolved.name}"
+    return resolved, resolved.name or str(resolved)
 
 
 class Engine(abc.ABC):

@@ -1,4 +1,10 @@
-"""RapidOCR engine: PP-OCRv6 (det + rec) ONNX models shipped inside the rapidocr wheel, on the CPU.
+"""RapidOCR engine: PP-OCRv6 (det + rec) ONNX models on the CPU, from a model revision directory
+(`model_path`, what the ocr_model role installs) or, without one, those shipped inside the rapidocr wheel.
+
+A revision holds det.onnx, rec.onnx, rec_keys.txt (the recogniser's dictionary: one character per line)
+and cls.onnx (needed with rapidocr_use_cls); `ocr-app rapidocr-models DIR` writes one from the installed
+wheel. The wheel's rec model carries its dictionary inside; a revision's rec.onnx must not (the copy drops
+it), so that the dictionary loaded is always the revision's own rec_keys.txt.
 
 A fixed pool of engine instances, each used by one worker thread at a time, bounds CPU and memory
 whatever the request concurrency. ONNX Runtime releases the GIL, so the event loop stays free.
@@ -9,15 +15,28 @@ from __future__ import annotations
 import asyncio
 import logging
 import queue
+import shutil
 from concurrent.futures import ThreadPoolExecutor
 from importlib.metadata import version
+from pathlib import Path
 
 import numpy as np
 
 from ..documents import PageImage
-from .base import Engine, EngineError, EngineLine, EnginePage
+from .base import Engine, EngineError, EngineLine, EnginePage, model_label
 
 log = logging.getLogger("ocr_app.engines.rapidocr")
+
+MODEL_NAME = "PP-OCRv6-small"
+# A revision's files, by role; the wheel's own file of each (rapidocr's default models) is the source of
+# `ocr-app rapidocr-models`.
+REVISION_FILES = {"det": "det.onnx", "rec": "rec.onnx", "rec_keys": "rec_keys.txt", "cls": "cls.onnx"}
+WHEEL_FILES = {
+    "det": "PP-OCRv6_det_small.onnx",
+    "rec": "PP-OCRv6_rec_small.onnx",
+    "cls": "ch_ppocr_mobile_v2.0_cls_mobile.onnx",
+}
+DICT_KEY = "character"  # the metadata entry in which a rec model carries its dictionary
 
 
 def reading_order(boxes: list[tuple[float, float, float, float]]) -> list[int]:
@@ -50,12 +69,17 @@ class RapidOcrEngine(Engine):
         use_cls: bool = False,
         det_limit_type: str = "max",
         det_limit_side: int = 1536,
+        model_dir: Path | None = None,
     ):
         self.workers = workers
         self.threads = threads
         self.use_cls = use_cls
         self.det_limit = (det_limit_type, det_limit_side)
-        self.model = f"PP-OCRv6-small (rapidocr {version('rapidocr')})"
+        self.model_dir: Path | None = None
+        label = MODEL_NAME
+        if model_dir is not None:
+            self.model_dir, label = model_label(model_dir)
+        self.model = f"{label} (rapidocr {version('rapidocr')})"
         self._idle: queue.SimpleQueue = queue.SimpleQueue()
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="rapidocr")
 
@@ -65,16 +89,57 @@ class RapidOcrEngine(Engine):
         except ImportError as err:
             raise EngineError("rapidocr is not installed: install ocr-app[cpu]") from err
         _quiet_rapidocr_logger()
-        return RapidOCR(
-            params={
-                "Global.use_cls": self.use_cls,
-                "Global.log_level": "error",
-                "EngineConfig.onnxruntime.intra_op_num_threads": self.threads,
-                "EngineConfig.onnxruntime.inter_op_num_threads": 1,
-                "Det.limit_type": self.det_limit[0],
-                "Det.limit_side_len": self.det_limit[1],
-            }
-        )
+        params = {
+            "Global.use_cls": self.use_cls,
+            "Global.log_level": "error",
+            "EngineConfig.onnxruntime.intra_op_num_threads": self.threads,
+            "EngineConfig.onnxruntime.inter_op_num_threads": 1,
+            "Det.limit_type": self.det_limit[0],
+            "Det.limit_side_len": self.det_limit[1],
+        }
+        if self.model_dir is not None:
+            files = self.model_files()
+            params |= {"Det.model_path": str(files["det"]), "Rec.model_path": str(files["rec"])}
+            params["Rec.rec_keys_path"] = str(files["rec_keys"])
+            if "cls" in files:
+                params["Cls.model_path"] = str(files["cls"])
+        return RapidOCR(params=params)
+
+    def model_files(self) -> dict[str, Path]:
+        """The revision's files by role, as far as they can be checked without loading them (EngineError)."""
+        assert self.model_dir is not None
+        if not self.model_dir.is_dir():
+            raise EngineError(f"model_path {self.model_dir} is not a directory")
+        needed = ["det", "rec", "rec_keys"] + (["cls"] if self.use_cls else [])
+        files = {k: self.model_dir / REVISION_FILES[k] for k in needed}
+        missing = [p.name for p in files.values() if not p.is_file()]
+        if missing:
+            with_cls = " (rapidocr_use_cls is on)" if "cls.onnx" in missing else ""
+            raise EngineError(
+                f"model_path {self.model_dir} lacks {', '.join(missing)}{with_cls}: a rapidocr model "
+                "revision holds det.onnx, rec.onnx, rec_keys.txt and cls.onnx "
+                "(`ocr-app rapidocr-models DIR` writes one)"
+            )
+        if (self.model_dir / REVISION_FILES["cls"]).is_file():
+            files["cls"] = self.model_dir / REVISION_FILES["cls"]
+        try:
+            if DICT_KEY in onnx_metadata(files["rec"].read_bytes()):
+                raise EngineError(
+                    f"{files['rec']} carries its own dictionary (ONNX metadata {DICT_KEY!r}), which rapidocr "
+                    f"would use instead of {files['rec_keys'].name}: write the revision with `ocr-app "
+                    "rapidocr-models`, which drops it"
+                )
+        except ValueError as err:
+            raise EngineError(f"{files['rec']} is not an ONNX model: {err}") from None
+        return files
+
+    async def preflight(self) -> list[str]:
+        if self.model_dir is None:
+            return [f"model: {MODEL_NAME}, the rapidocr wheel's own"]
+        files = await asyncio.to_thread(self.model_files)
+        keys = len(files["rec_keys"].read_text(encoding="utf-8").splitlines())
+        names = ", ".join(sorted(p.name for p in files.values()))
+        return [f"model: {self.model} from {self.model_dir}: {names} ({keys} dictionary entries)"]
 
     async def load(self) -> None:
         loop = asyncio.get_running_loop()
@@ -82,11 +147,20 @@ class RapidOcrEngine(Engine):
             inst = await loop.run_in_executor(self._pool, self._new_instance)
             # RapidOCR loads its ONNX sessions lazily: warm each instance so the first request
             # does not pay for it (and a broken model fails here, not under traffic).
-            await loop.run_in_executor(self._pool, inst, np.full((64, 256, 3), 255, np.uint8))
+            try:
+                await loop.run_in_executor(self._pool, inst, np.full((64, 256, 3), 255, np.uint8))
+            except Exception as err:
+                where = self.model_dir or "the rapidocr wheel"
+                raise EngineError(f"the models of {where} do not load: {type(err).__name__}: {err}") from err
             self._idle.put(inst)
         log.info(
             "rapidocr engine loaded",
-            extra={"workers": self.workers, "threads": self.threads, "use_cls": self.use_cls},
+            extra={
+                "workers": self.workers,
+                "threads": self.threads,
+                "use_cls": self.use_cls,
+                "model": self.model,
+            },
         )
 
     def _run(self, image) -> EnginePage:
@@ -137,3 +211,92 @@ def _quiet_rapidocr_logger() -> None:
         lg.removeHandler(h)
     lg.propagate = True
     lg.setLevel(logging.ERROR)  # it warns on every blank page
+
+
+# --- model revisions -----------------------------------------------------------------------------------
+# An ONNX model is a protobuf ModelProto; its metadata_props (field 14) are StringStringEntryProto
+# {key: 1, value: 2}. Reading and dropping one entry needs only the wire format, not the onnx package.
+_METADATA_FIELD = 14
+
+
+def _varint(data: bytes, pos: int) -> tuple[int, int]:
+    value = shift = 0
+    while True:
+        if pos >= len(data) or shift > 63:
+            raise ValueError("truncated varint")
+        b = data[pos]
+        pos += 1
+        value |= (b & 0x7F) << shift
+        if b < 0x80:
+            return value, pos
+        shift += 7
+
+
+def _fields(data: bytes):
+    """(field number, start, end, payload) of each top-level field; payload only for length-delimited ones."""
+    pos = 0
+    while pos < len(data):
+        start = pos
+        tag, pos = _varint(data, pos)
+        number, wire = tag >> 3, tag & 7
+        payload = None
+        if wire == 0:
+            _, pos = _varint(data, pos)
+        elif wire == 1:
+            pos += 8
+        elif wire == 5:
+            pos += 4
+        elif wire == 2:
+            size, pos = _varint(data, pos)
+            payload, pos = data[pos : pos + size], pos + size
+        else:
+            raise ValueError(f"unsupported protobuf wire type {wire}")
+        if pos > len(data):
+            raise ValueError("truncated field")
+        yield number, start, pos, payload
+
+
+def _entry(payload: bytes) -> tuple[str, str]:
+    kv = {n: p.decode("utf-8") for n, _, _, p in _fields(payload) if p is not None}
+    return kv.get(1, ""), kv.get(2, "")
+
+
+def onnx_metadata(model: bytes) -> dict[str, str]:
+    return dict(_entry(p) for n, _, _, p in _fields(model) if n == _METADATA_FIELD and p is not None)
+
+
+def drop_onnx_metadata(model: bytes, key: str) -> bytes:
+    out, last = [], 0
+    for n, start, end, payload in _fields(model):
+        if n == _METADATA_FIELD and payload is not None and _entry(payload)[0] == key:
+            out.append(model[last:start])
+            last = end
+    out.append(model[last:])
+    return b"".join(out)
+
+
+def export_wheel_models(out: Path) -> list[Path]:
+    """Write the rapidocr wheel's default models into `out` as a model revision; the files written."""
+    import rapidocr
+
+    src = Path(rapidocr.__file__).parent / "models"
+    missing = [name for name in WHEEL_FILES.values() if not (src / name).is_file()]
+    if missing:
+        raise EngineError(f"rapidocr {version('rapidocr')} does not ship {', '.join(missing)} in {src}")
+    out.mkdir(parents=True, exist_ok=True)
+    rec = (src / WHEEL_FILES["rec"]).read_bytes()
+    chars = onnx_metadata(rec).get(DICT_KEY, "").splitlines()
+    if not chars:
+        raise EngineError(f"{src / WHEEL_FILES['rec']} carries no dictionary (metadata {DICT_KEY!r})")
+    keys = "\n".join(chars) + "\n"
+    # rapidocr reads the file as bytes split at b"\n": the copy must give back exactly the model's own list.
+    if [line.decode("utf-8") for line in keys.encode("utf-8").split(b"\n")[:-1]] != chars:
+        raise EngineError(f"the dictionary of {src / WHEEL_FILES['rec']} does not survive one entry per line")
+    written = []
+    for role, data in (("rec", drop_onnx_metadata(rec, DICT_KEY)), ("rec_keys", keys.encode("utf-8"))):
+        (out / REVISION_FILES[role]).write_bytes(data)
+        written.append(out / REVISION_FILES[role])
+    for role in ("det", "cls"):
+        shutil.copyfile(src / WHEEL_FILES[role], out / REVISION_FILES[role])
+        written.append(out / REVISION_FILES[role])
+    return written

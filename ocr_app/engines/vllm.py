@@ -36,7 +36,7 @@ import numpy as np
 from ..config import Settings
 from ..documents import PageImage
 from ..grounding import Grounder, align
-from .base import SELF_TEST_TEXT, Engine, EngineError, EngineLine, EnginePage, sample_page
+from .base import SELF_TEST_TEXT, Engine, EngineError, EngineLine, EnginePage, model_label, sample_page
 
 log = logging.getLogger("ocr_app.engines.vllm")
 
@@ -127,13 +127,7 @@ class VllmEngine(Engine):
         if settings.model_path is None:
             raise EngineError("engine vllm needs model_path")
         self.settings = settings
-        # A revision directory behind a `current` symlink (the ocr_model role's layout) is loaded and
-        # reported as itself, `<name>@<revision>`, so a switch of `current` cannot go unnoticed.
-        self.model_path = settings.model_path.resolve()
-        if settings.model_path.is_symlink():
-            self.model = f"{self.model_path.parent.name}@{self.model_path.name}"
-        else:
-            self.model = self.model_path.name or str(self.model_path)
+        self.model_path, self.model = model_label(settings.model_path)
         self.device = _device_from_env()
         self.grounder = Grounder(grounding_detector) if grounding_detector is not None else None
         self._llm = None

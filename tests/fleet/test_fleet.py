@@ -1,19 +1,22 @@
 """The fleet scenario (`make test-fleet`): rolling upgrades through a load balancer under load, in the lab.
 
-3 app hosts + 1 HAProxy host converge site.yml. A load generator sends OCR requests with real documents to
-the load balancer while playbooks/upgrade.yml rolls a new app version through the fleet, then a deliberately
-broken one (it starts and passes its self-test but misreads letters, so its smoke test fails): the first
-host must be rolled back, the play must stop, the fleet must keep serving the good version, and no request
-may fail in either rollout. Then a third rollout's control node dies (ansible-playbook and its workers
-killed) while app-2 is drained: app-2 stays out of the pool, and a plain re-run of upgrade.yml brings it back
-and finishes the rollout. No output of any run may hold the fleet's API key (the smoke test sends it).
-Prints `failed_requests=F total_requests=N` once, for the whole scenario.
+3 app hosts + 1 HAProxy host converge site.yml (the CPU engine's models as an ocr_model revision). A load
+generator sends OCR requests with real documents to the load balancer while playbooks/upgrade.yml rolls a new
+app version and a new model revision through the fleet, then a newer release with a deliberately broken model
+revision (its files match their manifest and it passes its self-test, but its dictionary has its letters
+rotated, so the smoke test misreads): the first host must be rolled back to the good release and model, the
+play must stop, the fleet must keep serving the good version, and no request may fail in either rollout.
+Then a third rollout's control node dies (ansible-playbook and its workers killed) while app-2 is drained:
+app-2 stays out of the pool, and a plain re-run of upgrade.yml brings it back and finishes the rollout. No
+output of any run may hold the fleet's API key (the smoke test sends it). Prints `failed_requests=F
+total_requests=N` once, for the whole scenario, and `model_upgrade: ...`.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import threading
 import time
@@ -25,12 +28,15 @@ from lab import fleet as F
 from lab import lab as L
 from tests.fleet.conftest import ROOT, current_release, lb_servers, say, task_order
 from tests.fleet.load import Load
-from tests.fleet.releases import break_reading, derive_wheelhouse
+from tests.fleet.releases import derive_wheelhouse
+from tests.models import misreading_revision
 
 pytestmark = [pytest.mark.lab, pytest.mark.timeout(3600)]
 
 MIN_REQUESTS = 500
 DRAIN_FILE = "/run/ocr-app/drain"
+MODEL_ROOT = "/var/lib/ocr-app/models"  # ocr_model_root's default
+MODEL = F.lab_model()[0]
 
 
 def drained(fleet: F.Fleet, host: str) -> bool:
@@ -55,27 +61,63 @@ def kill_control_node(playbook: str) -> int:
     raise AssertionError(f"no ansible-playbook {playbook} child of this process")
 
 
+def current_model(fleet: F.Fleet, host: str) -> str:
+    return fleet.lab.exec(host, ["readlink", f"{MODEL_ROOT}/{MODEL}/current"]).stdout.strip()
+
+
+def ports(host: str) -> list[int]:
+    return [8000, 8001] if host == "app-3" else [8000]  # app-3 runs two instances (inventory/lab)
+
+
+def invocations(fleet: F.Fleet, host: str) -> list[str]:
+    """systemd's InvocationID of each instance: a new one for every start."""
+    units = [f"ocr-app@{port - 8000}.service" for port in ports(host)]
+    return fleet.lab.exec(host, ["systemctl", "show", "-p", "InvocationID", "--value", *units]).stdout.split()
+
+
+def served_model(fleet: F.Fleet, host: str) -> str:
+    """The revision every instance of the host reports in /healthz (`<name>@<revision> (rapidocr ...)`)."""
+    models = {fleet.host_health(host, port)["model"].split(" ")[0] for port in ports(host)}
+    assert len(models) == 1, f"{host}'s instances serve {models}"
+    return models.pop().removeprefix(f"{MODEL}@")
+
+
 def test_rolling_upgrades_under_load(fleet, tmp_path):
     base = ROOT / "build" / "wheelhouse"
     old = current_release(fleet, "app-1")
-    good, bad = f"{old}+fleet.2", f"{old}+fleet.3"  # local versions sort after the release they patch
+    good, newer = f"{old}+fleet.2", f"{old}+fleet.3"  # local versions sort after the release they patch
     good_wh = derive_wheelhouse(base, tmp_path / "good", good)
-    bad_wh = derive_wheelhouse(base, tmp_path / "bad", bad, patch=break_reading)
+    newer_wh = derive_wheelhouse(base, tmp_path / "newer", newer)
+    # Model revisions on the controller: the inventory's first, the same files under a new revision, and a
+    # copy whose dictionary reads every letter as another (its manifest written for it: checksums match).
+    first_model = F.lab_model()[1]
+    good_model, bad_model = "wheel-2", "wheel-3-misreading"
+    F.require_model(good_model)
+    bad_dir = F.MODELS / MODEL / bad_model
+    shutil.rmtree(bad_dir, ignore_errors=True)
+    misreading_revision(F.require_model(), bad_dir, bad_dir.parent / f"{bad_model}.json")
+    for h in fleet.apps:
+        assert (current_model(fleet, h), served_model(fleet, h)) == (first_model, first_model), h
     assert {lb_servers(fleet)[h]["status"] for h in fleet.apps} == {"UP"}
 
     runs = []  # every ansible-runner run of the scenario: none may print the API key
     load = Load(fleet.client, concurrency=4).start()
     try:
-        # --- a good version, through the whole fleet -----------------------------------------------------
+        # --- a good version (release and model revision), through the whole fleet ----------------------
         t0 = time.monotonic()
-        r = fleet.playbook("playbooks/upgrade.yml", {"ocr_app_wheelhouse_dir": str(good_wh)}, check=False)
+        extravars = {"ocr_app_wheelhouse_dir": str(good_wh), "ocr_model_revision": good_model}
+        r = fleet.playbook("playbooks/upgrade.yml", extravars, check=False)
         runs.append(r)
-        say(f"upgrade to {good}: rc {r.rc} in {time.monotonic() - t0:.0f} s, {load.total} requests so far")
+        say(
+            f"upgrade to {good} and model {good_model}: rc {r.rc} in {time.monotonic() - t0:.0f} s, "
+            f"{load.total} requests so far"
+        )
         assert r.rc == 0, F.failures(r)
         assert not load.exhausted, "the load ended before the rollout did"
         for h in fleet.apps:
             assert current_release(fleet, h) == good, h
             assert fleet.host_health(h)["version"] == good, h
+            assert (current_model(fleet, h), served_model(fleet, h)) == (good_model, good_model), h
         # One host at a time: each host is back in the pool before the next one is drained.
         order = task_order(r, "Switch the fleet")
         # The ocr_app role's drain and undrain entry points, by their tasks.
@@ -85,24 +127,36 @@ def test_rolling_upgrades_under_load(fleet, tmp_path):
         assert {lb_servers(fleet)[h]["status"] for h in fleet.apps} == {"UP"}
         after_good = load.total
 
-        # --- a broken version: the first host's smoke test fails ----------------------------------------
+        # --- a broken model revision (with a newer release): the first host's smoke test fails -----------
+        untouched = {h: invocations(fleet, h) for h in fleet.apps[1:]}
         t0 = time.monotonic()
-        r = fleet.playbook("playbooks/upgrade.yml", {"ocr_app_wheelhouse_dir": str(bad_wh)}, check=False)
+        extravars = {"ocr_app_wheelhouse_dir": str(newer_wh), "ocr_model_revision": bad_model}
+        r = fleet.playbook("playbooks/upgrade.yml", extravars, check=False)
         runs.append(r)
-        say(f"broken upgrade to {bad}: rc {r.rc} in {time.monotonic() - t0:.0f} s, {load.total} requests")
-        assert r.rc != 0, "the broken release's rollout succeeded"
+        say(
+            f"broken upgrade to {newer} and model {bad_model}: rc {r.rc} in {time.monotonic() - t0:.0f} s, "
+            f"{load.total} requests"
+        )
+        assert r.rc != 0, "the broken model's rollout succeeded"
         assert not load.exhausted, "the load ended before the rollout did"
         failed = F.failures(r)
         assert any(f.startswith("app-1: Check the smoke test's text") for f in failed), failed
-        assert any(f.startswith("app-1: Stop the rollout") for f in failed), failed
+        stop = [f for f in failed if f.startswith("app-1: Stop the rollout")]
+        # The model misread, not the release: "ocrfleet smoke test" read with its letters rotated (ROT13),
+        # as the rescue's message quotes it ("it read: bpesyrrg fzbxr grfg" in a by-hand run).
+        assert stop and "fzbxr" in stop[0].lower(), failed
         order = task_order(r, "Switch the fleet")
         assert {h for h, _ in order} == {"app-1"}, "hosts after the failed one were touched"
-        # Staged everywhere, switched nowhere: the failed host is back on the good version.
+        # Staging the release and the model restarted nothing on the hosts it never switched.
+        assert {h: invocations(fleet, h) for h in fleet.apps[1:]} == untouched
+        # Staged everywhere, switched nowhere: the failed host is back on the good release and model.
         for h in fleet.apps:
             assert current_release(fleet, h) == good, h
             assert fleet.host_health(h)["status"] == "ready", h
-            staged = fleet.lab.exec(h, ["test", "-d", f"/opt/ocr-app/releases/{bad}"], check=False)
-            assert staged.returncode == 0, f"{bad} was not staged on {h}"
+            assert (current_model(fleet, h), served_model(fleet, h)) == (good_model, good_model), h
+            for staged in (f"/opt/ocr-app/releases/{newer}", f"{MODEL_ROOT}/{MODEL}/{bad_model}"):
+                found = fleet.lab.exec(h, ["test", "-d", staged], check=False)
+                assert found.returncode == 0, f"{staged} was not staged on {h}"
         assert {lb_servers(fleet)[h]["status"] for h in fleet.apps} == {"UP"}
         assert load.total > after_good
 
@@ -110,7 +164,7 @@ def test_rolling_upgrades_under_load(fleet, tmp_path):
         resumed = f"{old}+fleet.4"
         resumed_wh = derive_wheelhouse(base, tmp_path / "resumed", resumed)
         victim = "app-2"
-        extravars = {"ocr_app_wheelhouse_dir": str(resumed_wh)}
+        extravars = {"ocr_app_wheelhouse_dir": str(resumed_wh), "ocr_model_revision": good_model}
         killed: list = []
         rollout = threading.Thread(
             target=lambda: killed.append(fleet.playbook("playbooks/upgrade.yml", extravars, check=False))
@@ -143,8 +197,13 @@ def test_rolling_upgrades_under_load(fleet, tmp_path):
             health = fleet.host_health(h)
             assert (health["version"], health["status"]) == (resumed, "ready"), h
             assert not drained(fleet, h), f"{h} still has its drain file"
+            assert served_model(fleet, h) == good_model, h
         assert {lb_servers(fleet)[h]["status"] for h in fleet.apps} == {"UP"}
         print(f"interrupted_upgrade: killed during {victim} drained; rerun rc={r.rc} in {rerun_s:.0f} s")
+        print(
+            f"model_upgrade: {MODEL} {first_model} -> {good_model} on {len(fleet.apps)} hosts; "
+            f"{bad_model} rolled back on app-1 (smoke test misread), staged only elsewhere"
+        )
 
         # The smoke test sends the fleet's key: no event and no stdout of any run may hold it in clear.
         for run in runs:

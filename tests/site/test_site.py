@@ -80,6 +80,7 @@ def changed_tasks(r: ansible_runner.Runner) -> list[str]:
 @pytest.fixture(scope="module")
 def site(tmp_path_factory):
     F.require_wheelhouse()
+    F.require_model()
     work = tmp_path_factory.mktemp("site")
     lab = L.up(LAB, hosts=HOSTS)
     fixture = ROOT / "tests" / "fixtures" / "nvidia_repo"

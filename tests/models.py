@@ -1,0 +1,31 @@
+"""rapidocr model revisions for tests: the wheel's own (`ocr-app rapidocr-models`) and a broken copy of it."""
+
+from __future__ import annotations
+
+import codecs
+import shutil
+import subprocess
+from pathlib import Path
+
+from .server import OCR_APP
+
+
+def wheel_revision(out: Path, manifest: Path | None = None) -> Path:
+    """`ocr-app rapidocr-models out [-m manifest]`: the installed wheel's models as a revision."""
+    cmd = [OCR_APP, "rapidocr-models", str(out)] + (["--manifest", str(manifest)] if manifest else [])
+    subprocess.run(cmd, check=True, capture_output=True, text=True)
+    return out
+
+
+def misreading_revision(good: Path, out: Path, manifest: Path | None = None) -> Path:
+    """A copy of `good` whose dictionary has its letters rotated (ROT13): it loads, reads digits (the
+    self-test passes) and its manifest matches, but every letter comes back as another one."""
+    shutil.copytree(good, out)
+    keys = out / "rec_keys.txt"
+    lines = keys.read_text(encoding="utf-8").split("\n")
+    keys.write_text(
+        "\n".join(codecs.encode(c, "rot13") if c.isascii() else c for c in lines), encoding="utf-8"
+    )
+    if manifest:
+        subprocess.run([OCR_APP, "manifest", str(out), "-o", str(manifest)], check=True)
+    return out
