@@ -34,6 +34,9 @@ SLACK_S = POLL_S + 0.5  # what it measures is late by up to one poll period and 
 # A runtime drop-in (in /run, gone with the host) that keeps the killed instance dead: the failure modelled is
 # an instance that does not come back (crash loop, start limit hit), not one that systemd restarts in seconds.
 KEEP_DOWN = f"/run/systemd/system/{UNIT}.d/zz-test-keep-down.conf"
+# The unit's back-off (OnFailure=, roles/ocr_app) would start it again after its delay: masked at runtime for
+# the test, as an operator keeping an instance down stops it too (a dependency cannot be reset in a drop-in).
+RETRY = "ocr-app-retry@1.service"
 
 
 def seconds(duration: str) -> float:
@@ -90,6 +93,7 @@ def test_instance_down_alert_fires_and_resolves(fleet):
     assert pid > 0
     fleet.lab.exec(HOST, ["mkdir", "-p", KEEP_DOWN.rsplit("/", 1)[0]])
     fleet.lab.exec(HOST, ["tee", KEEP_DOWN], input="[Service]\nRestart=no\n")
+    fleet.lab.exec(HOST, ["systemctl", "mask", "--runtime", RETRY])
     try:
         fleet.lab.exec(HOST, ["systemctl", "daemon-reload"])
         killed_at = float(
@@ -114,6 +118,7 @@ def test_instance_down_alert_fires_and_resolves(fleet):
         assert for_s <= fired_after <= fire_budget + SLACK_S, (fired_after, fire_budget)
     finally:
         fleet.lab.exec(HOST, ["rm", "-rf", KEEP_DOWN.rsplit("/", 1)[0]])
+        fleet.lab.exec(HOST, ["systemctl", "unmask", "--runtime", RETRY])
         fleet.lab.exec(HOST, ["systemctl", "daemon-reload"])
         fleet.lab.exec(HOST, ["systemctl", "reset-failed", UNIT], check=False)
         # Type=notify: start returns once the instance loaded its engine and said READY=1.
