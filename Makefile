@@ -33,7 +33,7 @@ browser-deps:  ## Debian's chromium and chromedriver, for make test-web
 lab-deps:  ## what the nspawn lab needs on this machine (root)
 	lab/install-deps.sh
 
-demo: system-deps lab-deps venv wheelhouse  ## a local fleet: 2 app hosts + HAProxy in the lab, OCR through it (root)
+demo: system-deps lab-deps venv wheelhouse  ## a local fleet: 2 app hosts + HAProxy + Prometheus in the lab, OCR through it (root)
 	$(BIN)/python scripts/demo.py up
 
 demo-down:  ## tear the demo fleet down
@@ -84,7 +84,7 @@ test: system-deps lab-deps venv wheelhouse  ## everything, from nothing: lint, a
 	echo "=== [make test] stages:"; printf '    %s\n' "$${times[@]}"; \
 	echo "=== [make test] total: $$(( $$(date +%s) - total )) s (setup before the stages not counted)"
 
-test-fleet: lab-deps venv wheelhouse  ## rolling upgrades under load through HAProxy on 3+1 lab hosts (root)
+test-fleet: lab-deps venv wheelhouse  ## crashes, an alert, rolling upgrades under load through HAProxy on 3+1+1 lab hosts (root)
 	$(BIN)/pytest -s -m lab tests/fleet
 
 test-site: lab-deps venv wheelhouse  ## site.yml on two lab hosts, verified from outside (root)
