@@ -138,6 +138,7 @@ class VllmEngine(Engine):
         self._nvml = None  # (pynvml, handle) on CUDA hosts
         self._dead = False
         self._vllm = None  # the lazily imported names
+        self.aborted = 0  # page generations cancelled inside vLLM (ocr_vllm_aborted_requests_total)
 
     # -- lifecycle ---------------------------------------------------------------------------------
 
@@ -391,6 +392,9 @@ class VllmEngine(Engine):
         try:
             async for out in self._llm.generate(engine_input, params, f"ocr-{uuid.uuid4().hex}"):
                 final = out
+        except asyncio.CancelledError:
+            self.aborted += 1  # vLLM's generate() aborts the request on its way out
+            raise
         except v.EngineDeadError as err:
             self._die(f"vLLM engine core died: {err}")
             raise EngineError("vllm engine died") from err
@@ -443,13 +447,18 @@ class _VllmMetrics:
 
     def collect(self):
         from prometheus_client import REGISTRY
-        from prometheus_client.core import GaugeMetricFamily
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
         llm = self.engine._llm
         yield GaugeMetricFamily(
             "ocr_vllm_unfinished_requests",
             "Page generations vLLM holds, queued or running",
             value=llm.get_num_unfinished_requests() if llm is not None else 0,
+        )
+        yield CounterMetricFamily(
+            "ocr_vllm_aborted_requests",
+            "Page generations aborted inside vLLM: their request was cancelled (deadline, client gone)",
+            value=self.engine.aborted,
         )
         for family in REGISTRY.collect():
             if family.name.startswith("vllm:"):
