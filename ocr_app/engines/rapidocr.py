@@ -81,6 +81,7 @@ class RapidOcrEngine(Engine):
             self.model_dir, label = model_label(model_dir)
         self.model = f"{label} (rapidocr {version('rapidocr')})"
         self._idle: queue.SimpleQueue = queue.SimpleQueue()
+        self._files: dict[str, Path] | None = None  # model_files(), once checked
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="rapidocr")
 
     def _new_instance(self):
@@ -106,7 +107,13 @@ class RapidOcrEngine(Engine):
         return RapidOCR(params=params)
 
     def model_files(self) -> dict[str, Path]:
-        """The revision's files by role, as far as they can be checked without loading them (EngineError)."""
+        """The revision's files by role, as far as they can be checked without loading them (EngineError).
+        Checked once (it reads rec.onnx whole): preflight and every worker's instance share the answer."""
+        if self._files is None:
+            self._files = self._check_model_files()
+        return self._files
+
+    def _check_model_files(self) -> dict[str, Path]:
         assert self.model_dir is not None
         if not self.model_dir.is_dir():
             raise EngineError(f"model_path {self.model_dir} is not a directory")
