@@ -10,7 +10,7 @@ PIP_VERSION := 26.3
 # Rebuilt whenever the pinned dependencies change.
 VENV_STAMP := $(VENV)/.ocrfleet-$(shell sha256sum pyproject.toml | cut -c1-12)
 
-.PHONY: help browser-deps demo demo-down demo-local test test-fleet test-app test-web test-vllm test-lab test-roles test-site lint bench bench-vllm gpu-check venv vllm-venv system-deps lab-deps wheelhouse clean
+.PHONY: help browser-deps demo demo-down demo-local test test-fleet test-app test-web test-vllm test-lab test-roles lint bench bench-vllm gpu-check venv vllm-venv system-deps lab-deps wheelhouse clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -71,9 +71,9 @@ test-lab: lab-deps venv  ## the nspawn lab's self-test (root)
 	$(BIN)/pytest -m lab tests/lab
 
 # Each stage's duration is printed as it ends and all of them at the end, so the 60-minute budget stays visible.
-TEST_STAGES := lint test-app test-vllm test-web test-lab test-roles test-site test-fleet
+TEST_STAGES := lint test-app test-vllm test-web test-lab test-roles test-fleet
 
-test: system-deps lab-deps venv wheelhouse  ## everything, from nothing: lint, app, vllm, web, lab, roles, site, fleet
+test: system-deps lab-deps venv wheelhouse  ## everything, from nothing: lint, app, vllm, web, lab, roles, fleet
 	@times=(); total=$$(date +%s); \
 	for stage in $(TEST_STAGES); do \
 	  start=$$(date +%s); \
@@ -84,11 +84,8 @@ test: system-deps lab-deps venv wheelhouse  ## everything, from nothing: lint, a
 	echo "=== [make test] stages:"; printf '    %s\n' "$${times[@]}"; \
 	echo "=== [make test] total: $$(( $$(date +%s) - total )) s (setup before the stages not counted)"
 
-test-fleet: lab-deps venv wheelhouse  ## crashes, an alert, rolling upgrades under load through HAProxy on 3+1+1 lab hosts (root)
+test-fleet: lab-deps venv wheelhouse  ## make demo's fleet (2+1+1 lab hosts): site.yml from outside, an alert, crashes and rolling upgrades under load (root)
 	$(BIN)/pytest -s -m lab tests/fleet
-
-test-site: lab-deps venv wheelhouse  ## site.yml on two lab hosts, verified from outside (root)
-	$(BIN)/pytest -s -m lab tests/site
 
 bench: system-deps venv  ## throughput and latency ratios, measured side by side
 	$(BIN)/python -m bench.run

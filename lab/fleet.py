@@ -41,7 +41,7 @@ def require_wheelhouse() -> Path:
     """build/wheelhouse, what the ocr_app role installs on the hosts; an error naming the fix when absent."""
     wheelhouse = ROOT / "build" / "wheelhouse"
     if not any(wheelhouse.glob("ocr_app-*.whl")):
-        raise FileNotFoundError(f"no app wheel in {wheelhouse}: run `make wheelhouse` (test-site/fleet do)")
+        raise FileNotFoundError(f"no app wheel in {wheelhouse}: run `make wheelhouse`")
     return wheelhouse
 
 

@@ -1,6 +1,6 @@
 """An instance that stays dead is alerted on (`make test-fleet`): OcrInstanceDown reaches the Alertmanager.
 
-`kill -9` of app-3's second instance (ocr-app@1; the host still serves through @0, so only a per-instance
+`kill -9` of app-2's second instance (ocr-app@1; the host still serves through @0, so only a per-instance
 scrape sees it) with systemd's restart held off, then: the alert reaches mon-1's Alertmanager API no sooner
 than the rule's `for:` and no later than `for:` + one scrape and one evaluation interval after the kill; once
 the instance is started again (from `systemctl start` returning, at READY=1) it leaves the active alerts
@@ -17,16 +17,12 @@ import yaml
 
 from lab import lab as L
 
-from .conftest import ROOT, say
+from .conftest import ROOT, TWO_INSTANCES, say
 
 pytestmark = [pytest.mark.lab, pytest.mark.timeout(900)]
 
-MON, HOST, UNIT = (
-    "mon-1",
-    "app-3",
-    "ocr-app@1.service",
-)  # app-3 runs @0 and @1 (inventory/lab/host_vars/app-3.yml)
-INSTANCE = "app-3:ocr-app@1"  # the monitoring role's instance label of that target
+MON, HOST, UNIT = "mon-1", TWO_INSTANCES, "ocr-app@1.service"
+INSTANCE = f"{HOST}:ocr-app@1"  # the monitoring role's instance label of that target
 ALERT = "OcrInstanceDown"
 PROMETHEUS, ALERTMANAGER = 9090, 9093  # the role's defaults, on mon-1's loopback
 POLL_S = 1.0  # how often the test looks

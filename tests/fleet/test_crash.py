@@ -1,9 +1,9 @@
 """A crash costs nothing (`make test-fleet`): `kill -9` of an app instance under load fails no request.
 
 Under a constant load (4 clients, documents up to 2 MB) the only instance of app-1 is killed, then one of
-the two instances of app-3. Requests the dead instance held are replayed (nginx: on app-3's other instance;
-HAProxy: on another host for app-1, whose nginx can only answer 502), and the dead instance gets no request
-after its first failure (nginx skips app-3's dead instance) or, for app-1, once HAProxy's checks have it DOWN
+the two instances of app-2. Requests the dead instance held are replayed (nginx: on app-2's other instance;
+HAProxy: on the other host for app-1, whose nginx can only answer 502), and the dead instance gets no request
+after its first failure (nginx skips app-2's dead instance) or, for app-1, once HAProxy's checks have it DOWN
 (a replayed 502 cannot mark a server down: HAProxy replays it before counting it). Each time systemd restarts
 the instance and the fleet is whole again before the next step. Prints
 `crash_failed_requests=F crash_total_requests=N` once.
@@ -16,12 +16,12 @@ import re
 import pytest
 
 from lab import lab as L
-from tests.fleet.conftest import lb_servers, say
+from tests.fleet.conftest import TWO_INSTANCES, lb_servers, say
 from tests.fleet.load import Load, documents, large_documents
 
 pytestmark = [pytest.mark.lab, pytest.mark.timeout(1800)]
 
-ONE, TWO = "app-1", "app-3"  # app-3 runs ocr-app@0 and @1 (inventory/lab/host_vars/app-3.yml)
+ONE, TWO = "app-1", TWO_INSTANCES
 ACCESS_LOG = "/var/log/nginx/access.log"
 FAIL_TIMEOUT_S = 10  # nginx_tls_upstream_fail_timeout: nginx tries a failed instance again after this
 MIN_REQUESTS = 60
@@ -103,7 +103,7 @@ def crash(fleet, load: Load, host: str, unit: str) -> tuple[float, float]:
 
 def test_crash_costs_nothing(fleet):
     assert {lb_servers(fleet)[h]["status"] for h in fleet.apps} == {"UP"}
-    assert unit_state(fleet, TWO, "ocr-app@1.service")[1] == "active", "app-3 has no second instance"
+    assert unit_state(fleet, TWO, "ocr-app@1.service")[1] == "active", f"{TWO} has no second instance"
     offsets = {h: log_size(fleet, h) for h in (ONE, TWO)}
     load = Load(fleet.client, concurrency=4, docs=documents() + large_documents()).start()
     try:
@@ -131,13 +131,13 @@ def test_crash_costs_nothing(fleet):
     assert not late, f"{ONE} got requests after HAProxy had it DOWN: {late}"
     say(f"{ONE}: replayed by HAProxy: {[r['rid'] for r in failed]} (load-I-N: N % 8 >= 6 is a 2 MB document)")
 
-    # app-3 (two instances): nginx replays what @1 held on @0 and skips @1 after its first failure, but for
+    # app-2 (two instances): nginx replays what @1 held on @0 and skips @1 after its first failure, but for
     # one request per FAIL_TIMEOUT_S with which it probes whether @1 is back (replayed on @0 when it is not).
     dead = "127.0.0.1:8001"
     lines = [r for r in ocr_lines(fleet, TWO, offsets[TWO]) if r["end"] >= two_killed]
     assert all(r["status"] == 200 for r in lines), [r for r in lines if r["status"] != 200]
     failed = [r for r in lines if any(a == dead and s != "200" for a, s in r["attempts"])]
-    assert failed, "no request was in flight on app-3's ocr-app@1 when it was killed: nothing was replayed"
+    assert failed, f"no request was in flight on {TWO}'s ocr-app@1 when it was killed: nothing was replayed"
     first_end = min(r["end"] for r in failed)
     late = [r["rid"] for r in failed if r["start"] > first_end]
     probes = int(two_back // FAIL_TIMEOUT_S) + 1
