@@ -3,12 +3,19 @@
 
 Listens on 127.0.0.1:<port>; answers GET /healthz, GET /metrics and POST /v1/ocr with JSON that echoes the
 X-Request-ID header it received (and the body size), so the tests can see what nginx passed on.
+`POST /v1/ocr?hold=1` answers only after the next GET /fixture/release (requests in progress for as long as
+the test needs, e.g. to fill a connection limit); GET /fixture/held says how many are held.
 Not the real app: stdlib only, no OCR.
 """
 
 import json
 import sys
+import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+HOLD_LIMIT_S = 120  # a test that never releases still gets its answer
+RELEASED = threading.Condition()
+STATE = {"generation": 0, "held": 0}
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -38,6 +45,14 @@ class Handler(BaseHTTPRequestHandler):
     def do_GET(self):
         if self.path == "/healthz":
             self._send(200, self._echo(status="ready"))
+        elif self.path == "/fixture/held":
+            with RELEASED:
+                self._send(200, {"held": STATE["held"]})
+        elif self.path == "/fixture/release":
+            with RELEASED:
+                STATE["generation"] += 1
+                RELEASED.notify_all()
+            self._send(200, {"released": True})
         elif self.path == "/metrics":
             self._send(200, b"# fixture\nocr_model_loaded 1\n", "text/plain; version=0.0.4")
         else:
@@ -51,7 +66,14 @@ class Handler(BaseHTTPRequestHandler):
             if not chunk:
                 break
             remaining -= len(chunk)
-        if self.path.split("?")[0] == "/v1/ocr":
+        path, _, query = self.path.partition("?")
+        if path == "/v1/ocr" and query == "hold=1":
+            with RELEASED:
+                generation = STATE["generation"]
+                STATE["held"] += 1
+                RELEASED.wait_for(lambda: STATE["generation"] != generation, timeout=HOLD_LIMIT_S)
+                STATE["held"] -= 1
+        if path == "/v1/ocr":
             self._send(200, self._echo(bytes=length - remaining))
         else:
             self._send(404, {"error": {"code": "not_found", "message": "no such route", "request_id": None}})
