@@ -6,11 +6,9 @@ import asyncio
 import logging
 import re
 import signal
-import threading
 import time
 import uuid
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager, suppress
 from pathlib import Path
 
@@ -25,17 +23,8 @@ from . import __version__, systemd, web
 from .admission import Admission
 from .auth import KeyStore, require_caller
 from .config import Settings
-from .documents import (
-    MULTIPART_TYPE,
-    SUPPORTED_TYPES,
-    Cancelled,
-    Limits,
-    classify,
-    extract_multipart_file,
-    load_pages,
-    normalise_media_type,
-    parse_page_selection,
-)
+from .decode import DecodeBounds, DecodePool
+from .documents import MULTIPART_TYPE, SUPPORTED_TYPES, Limits, normalise_media_type, parse_page_selection
 from .engines import Engine, EngineError, create_engine
 from .logs import request_id_var
 from .metrics import Metrics
@@ -88,8 +77,10 @@ class AppState:
             engine_collector=engine.metrics_collector(),
         )
         self.metrics.info.labels(VERSION, engine.name, engine.model).set(1)
-        self.preprocess_pool = ThreadPoolExecutor(
-            settings.preprocess_workers, thread_name_prefix="preprocess"
+        self.decode_pool = DecodePool(
+            settings.preprocess_workers,
+            DecodeBounds(settings.decode_cpu_s, settings.decode_memory_mb),
+            on_killed=lambda reason: self.metrics.decode_killed.labels(reason).inc(),
         )
         self.status = "loading"  # -> ready | unhealthy
         self.stopping = False
@@ -110,6 +101,7 @@ class AppState:
     async def start_engine(self) -> None:
         started = time.perf_counter()
         try:
+            await asyncio.to_thread(self.decode_pool.start)
             await self.engine.load()
             await self.engine.self_test()
         except Exception as err:
@@ -306,7 +298,7 @@ def create_app(
                 t.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
             await state.engine.close()
-            state.preprocess_pool.shutdown(wait=False, cancel_futures=True)
+            state.decode_pool.close()
 
     app = FastAPI(
         title="ocrfleet OCR service",
@@ -369,27 +361,21 @@ def create_app(
         _check_max_tokens(max_tokens, s.vllm_max_tokens_cap)
         _check_declared_length(request, s.max_upload_bytes)  # refused before a byte of it is read
 
-        cancel = threading.Event()
-        loop = asyncio.get_running_loop()
+        deadline = time.monotonic() + s.request_timeout_s
         try:
             async with asyncio.timeout(s.request_timeout_s), state.admission.slot() as queued_s:
                 t_pre = time.perf_counter()
                 body = await _read_body(request, s.max_upload_bytes)
                 request.state.bytes = len(body)
-                if media_type == MULTIPART_TYPE:  # off the event loop: /healthz answers meanwhile
-                    body, media_type = await loop.run_in_executor(
-                        state.preprocess_pool, extract_multipart_file, body, request.headers["content-type"]
-                    )
-                media_type = classify(body, media_type)
-                images = await loop.run_in_executor(
-                    state.preprocess_pool,
-                    load_pages,
+                # Multipart parsing included: a worker that passes the deadline is killed with its work.
+                images = await state.decode_pool.decode(
                     body,
+                    request.headers.get("content-type", ""),
                     media_type,
                     selection,
                     state.limits,
-                    cancel,
                     preview,
+                    deadline,
                 )
                 del body
                 request.state.pages = len(images)
@@ -398,12 +384,8 @@ def create_app(
                 t_done = time.perf_counter()
         except TimeoutError:
             raise timeout(s.request_timeout_s) from None
-        except Cancelled:
-            raise timeout(s.request_timeout_s) from None
         except EngineError:  # the engine died under this request; fatal() has been called
             raise not_ready("unhealthy") from None
-        finally:
-            cancel.set()  # stops a preprocessing thread between pages once we no longer wait for it
 
         state.metrics.pages.inc(len(images))
         state.metrics.inference.observe(t_done - t_inf)

@@ -86,7 +86,11 @@ class Settings(BaseSettings):
     request_timeout_s: float = Field(30.0, gt=0)
     max_concurrency: int = Field(2, ge=1, le=1024)
     max_queue: int = Field(8, ge=0, le=100_000)
+    # Decode worker processes (ocr_app/decode.py) and the bounds on each document's decode.
     preprocess_workers: int = Field(default_factory=lambda: os.cpu_count() or 1, ge=1, le=64)
+    decode_cpu_s: int = Field(20, ge=1, le=3600)
+    # Address space per worker: a 50 MP page's RGBA and RGB copies, 50 pages at 1540 px, the libraries.
+    decode_memory_mb: int = Field(2048, ge=256, le=1_048_576)
 
     # Lifecycle
     drain_file: Path | None = Path("/run/ocr-app/drain")

@@ -1,8 +1,8 @@
 """Upload -> pages: type sniffing, byte/pixel/page limits, EXIF, resize, PDF and TIFF pages.
 
-Everything here is CPU-bound and runs in a worker thread, never on the event loop. Documents live in
-memory only. Limits are enforced from headers before any full decode, so a decompression bomb costs
-a header read.
+Everything here is CPU-bound and runs in a decode worker process (ocr_app/decode.py), never in the
+server process. Documents live in memory only. Limits are enforced from headers before any full decode,
+so a decompression bomb costs a header read.
 """
 
 from __future__ import annotations
@@ -42,10 +42,6 @@ _EXIF_ORIENTATION = 0x0112
 PREVIEW_MAX_SIDE = 1024
 PREVIEW_JPEG_QUALITY = 80
 _SELECTION_RE = re.compile(r"^\s*\d+\s*(-\s*\d+\s*)?(,\s*\d+\s*(-\s*\d+\s*)?)*$")
-
-
-class Cancelled(Exception):
-    """The request's deadline passed or its client left; stop working on it."""
 
 
 @dataclass(frozen=True)
@@ -184,16 +180,14 @@ def load_pages(
     media_type: str,
     selection: list[int] | None,
     limits: Limits,
-    cancel: threading.Event | None = None,
     preview: bool = False,
 ) -> list[PageImage]:
     if media_type == PDF_TYPE:
-        pages = _pdf_pages(data, selection, limits, cancel)
+        pages = _pdf_pages(data, selection, limits)
     else:
-        pages = _raster_pages(data, selection, limits, cancel)
+        pages = _raster_pages(data, selection, limits)
     if preview:
         for page in pages:
-            _check_cancel(cancel)
             page.preview = preview_data_url(page.image)
     return pages
 
@@ -219,14 +213,7 @@ def _select(selection: list[int] | None, count: int, limits: Limits) -> list[int
     return numbers
 
 
-def _check_cancel(cancel: threading.Event | None) -> None:
-    if cancel is not None and cancel.is_set():
-        raise Cancelled
-
-
-def _pdf_pages(
-    data: bytes, selection: list[int] | None, limits: Limits, cancel: threading.Event | None
-) -> list[PageImage]:
+def _pdf_pages(data: bytes, selection: list[int] | None, limits: Limits) -> list[PageImage]:
     out = []
     with _PDFIUM_LOCK:
         try:
@@ -235,7 +222,6 @@ def _pdf_pages(
             raise invalid_image(f"cannot open PDF: {err}") from None
         try:
             for number in _select(selection, len(pdf), limits):
-                _check_cancel(cancel)
                 try:
                     page = pdf[number - 1]  # the page count may lie (a broken page tree)
                 except pdfium.PdfiumError as err:
@@ -258,14 +244,12 @@ def _pdf_pages(
     return out
 
 
-def _raster_pages(
-    data: bytes, selection: list[int] | None, limits: Limits, cancel: threading.Event | None
-) -> list[PageImage]:
+def _raster_pages(data: bytes, selection: list[int] | None, limits: Limits) -> list[PageImage]:
     try:
         im = Image.open(BytesIO(data), formats=list(RASTER_TYPES.values()))
         # Only TIFF is a multi-page document format; an animated WebP/PNG counts as its first frame.
         # Frames are walked only as far as the request needs: a 20 000-frame TIFF costs 51 IFD reads.
-        count = _count_frames(im, selection[-1] if selection else limits.max_pages + 1, cancel)
+        count = _count_frames(im, selection[-1] if selection else limits.max_pages + 1)
     except Image.DecompressionBombError as err:
         raise too_large("image_too_large", str(err)) from None
     # Pillow raises TypeError/KeyError/IndexError too for corrupt TIFF directories.
@@ -275,7 +259,6 @@ def _raster_pages(
         raise too_large("too_many_pages", f"the document has more than {limits.max_pages} pages")
     out = []
     for number in _select(selection, count, limits):
-        _check_cancel(cancel)
         try:
             im.seek(number - 1)
         except (EOFError, OSError, SyntaxError, ValueError, TypeError, KeyError, IndexError) as err:
@@ -287,13 +270,12 @@ def _raster_pages(
     return out
 
 
-def _count_frames(im: Image.Image, bound: int, cancel: threading.Event | None) -> int:
+def _count_frames(im: Image.Image, bound: int) -> int:
     """The document's frame count, or `bound` if it has at least that many (TIFF only has more than one)."""
     if im.format != "TIFF":
         return 1
     count = 1
     while count < bound:
-        _check_cancel(cancel)
         try:
             im.seek(count)
         except EOFError:
@@ -352,7 +334,6 @@ __all__ = [
     "MULTIPART_TYPE",
     "SUPPORTED_TYPES",
     "ApiError",
-    "Cancelled",
     "Limits",
     "PageImage",
     "classify",

@@ -41,6 +41,12 @@ class Metrics:
         # Capacity refusals exist at 0 from the start: rate() then sees an instance's very first one.
         for err in (overloaded(1), not_ready("loading"), timeout(0)):
             self.rejected.labels(err.code)
+        self.decode_killed = Counter(
+            "ocr_decode_workers_killed",
+            "Decode workers stopped (and replaced), by reason: deadline, cpu_limit, memory_limit, crashed",
+            ["reason"],
+            registry=r,
+        )
         self.inflight = Gauge("ocr_inflight_requests", "OCR requests being processed", registry=r)
         self.queue_depth = Gauge("ocr_queue_depth", "OCR requests waiting for a slot", registry=r)
         self.model_loaded = Gauge("ocr_model_loaded", "1 once the engine passed its self-test", registry=r)

@@ -85,6 +85,10 @@ class ApiError(Exception):
         self.message = message
         self.headers = headers or {}
 
+    def __reduce__(self):
+        # Raised in decode workers and pickled back to the server.
+        return (type(self), (self.status, self.code, self.message, self.headers))
+
 
 def unauthorized(message: str) -> ApiError:
     return ApiError(401, "unauthorized", message, {"WWW-Authenticate": 'Bearer realm="ocr"'})
@@ -126,7 +130,7 @@ ERROR_RESPONSES: dict[int | str, dict] = {
     for s, d in {
         400: "invalid_image: undecodable or truncated document",
         401: "unauthorized: missing or wrong API key",
-        413: "payload_too_large, image_too_large or too_many_pages",
+        413: "payload_too_large, image_too_large, too_many_pages, decode_cpu_limit or decode_memory_limit",
         415: "unsupported_media_type",
         422: "invalid_parameter",
         503: "overloaded (with Retry-After) or not_ready",

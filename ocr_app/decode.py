@@ -1,0 +1,196 @@
+"""Every step whose cost depends on the document, in worker processes that can be stopped.
+
+Multipart parsing, type sniffing, PDF rendering, TIFF frame walks, image decode and resize run in a pebble
+ProcessPool. Each worker has an address-space limit (RLIMIT_AS) and, per document, a CPU-time limit
+(RLIMIT_CPU, re-armed for each task); the request's deadline cancels the task, and pebble then kills the
+worker and starts another. PDFium renders inside C code that no flag can interrupt: a process is the unit
+that can be stopped, and its memory is what a bound can hold.
+
+Workers come from a forkserver that has imported the decoders once, so a replacement costs a fork, not
+an interpreter start; the server process (engine threads, event loop) is never forked. Pages come back as
+raw RGB bytes and their size.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import multiprocessing
+import resource
+import signal
+import time
+from collections.abc import Callable
+from concurrent.futures.process import BrokenProcessPool
+from contextlib import suppress
+from dataclasses import dataclass
+
+from pebble import ProcessExpired, ProcessPool
+from PIL import Image
+
+from . import documents
+from .documents import MULTIPART_TYPE, Limits, PageImage
+from .results import ApiError, invalid_image, not_ready, too_large
+
+log = logging.getLogger("ocr_app.decode")
+MiB = 1024 * 1024
+# Pillow imports its format plugins on first use: here, once in the forkserver, not in each new worker.
+Image.init()
+
+
+@dataclass(frozen=True)
+class DecodeBounds:
+    cpu_s: int  # CPU seconds per document
+    memory_mb: int  # address space per worker process
+
+
+@dataclass(frozen=True)
+class _Page:
+    """A page as it crosses the process boundary: raw RGB bytes and sizes (cheap to pickle)."""
+
+    number: int
+    width: int
+    height: int
+    size: tuple[int, int]
+    rgb: bytes
+    preview: str | None
+
+    def to_page_image(self) -> PageImage:
+        image = Image.frombuffer("RGB", self.size, self.rgb, "raw", "RGB", 0, 1)
+        return PageImage(self.number, image, self.width, self.height, self.preview)
+
+
+def _init_worker(memory_mb: int) -> None:
+    # pebble stops a worker with SIGTERM and a Python handler, which cannot run while PDFium is inside a
+    # render; the default action ends it at once. The parent holds the pool's channel lock while it kills.
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))  # SIGXCPU would otherwise dump core
+    # Under the unit's MemoryMax the kernel kills the cgroup's likeliest process: a worker, not the server.
+    with suppress(OSError), open("/proc/self/oom_score_adj", "w") as f:
+        f.write("1000")
+    limit = memory_mb * MiB
+    resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+
+
+def _cpu_used_s() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def _set_cpu_soft_limit(seconds: int | None) -> None:
+    _, hard = resource.getrlimit(resource.RLIMIT_CPU)
+    resource.setrlimit(resource.RLIMIT_CPU, (resource.RLIM_INFINITY if seconds is None else seconds, hard))
+
+
+def decode_document(
+    body: bytes,
+    content_type: str,
+    media_type: str,
+    selection: list[int] | None,
+    limits: Limits,
+    preview: bool,
+    cpu_s: int,
+) -> list[_Page]:
+    """In a worker: the body as the client sent it -> its pages. RLIMIT_CPU counts the process' lifetime,
+    so the limit is re-armed from what this worker has used so far."""
+    _set_cpu_soft_limit(int(_cpu_used_s()) + 1 + cpu_s)
+    try:
+        if media_type == MULTIPART_TYPE:
+            body, media_type = documents.extract_multipart_file(body, content_type)
+        media_type = documents.classify(body, media_type)
+        pages = documents.load_pages(body, media_type, selection, limits, preview)
+        out = []
+        for p in pages:
+            out.append(_Page(p.number, p.width, p.height, p.image.size, p.image.tobytes(), p.preview))
+            p.image = None  # type: ignore[assignment]  # one copy of each page at a time: less peak memory
+        return out
+    except MemoryError:
+        raise memory_limit() from None
+    finally:
+        _set_cpu_soft_limit(None)  # never SIGXCPU while pebble sends the result (it holds a lock then)
+
+
+def memory_limit() -> ApiError:
+    return too_large(
+        "decode_memory_limit",
+        "decoding the document needed more memory than a worker may use (decode_memory_mb)",
+    )
+
+
+class DecodePool:
+    def __init__(self, workers: int, bounds: DecodeBounds, on_killed: Callable[[str], None] | None = None):
+        self.workers = workers
+        self.bounds = bounds
+        # Told the reason each time a worker is stopped (and replaced): shows that abandoned work stops.
+        self.on_killed = on_killed or (lambda reason: None)
+        self._pool = self._new_pool()
+
+    def _new_pool(self) -> ProcessPool:
+        ctx = multiprocessing.get_context("forkserver")
+        # The decoders are imported once in the forkserver; each worker is a fork of it.
+        ctx.set_forkserver_preload(["__main__", "ocr_app.decode"])
+        return ProcessPool(
+            max_workers=self.workers, initializer=_init_worker, initargs=(self.bounds.memory_mb,), context=ctx
+        )
+
+    def start(self) -> None:
+        """Start the forkserver and the workers (seconds: interpreters importing the decoders); blocking,
+        so called off the event loop before the service says ready. pebble would otherwise do it lazily on
+        the first request, on the loop."""
+        if not self._pool.active:
+            raise RuntimeError("the decode pool did not start")
+
+    def _running_pool(self) -> ProcessPool:
+        if not self._pool.active:  # pebble gives a pool up when a worker dies while none has a task
+            log.error("decode pool broken; starting a new one")
+            self._pool.stop()
+            self._pool = self._new_pool()
+        return self._pool
+
+    async def decode(
+        self,
+        body: bytes,
+        content_type: str,
+        media_type: str,
+        selection: list[int] | None,
+        limits: Limits,
+        preview: bool,
+        deadline_s: float,
+    ) -> list[PageImage]:
+        """The pages; at `deadline_s` (time.monotonic()) or when cancelled, its worker is killed."""
+        future = self._running_pool().schedule(
+            decode_document,
+            args=(body, content_type, media_type, selection, limits, preview, self.bounds.cpu_s),
+            # A backstop to the caller's asyncio deadline: pebble times a task from its start.
+            timeout=max(0.1, deadline_s - time.monotonic()),
+        )
+        try:
+            pages = await asyncio.wrap_future(future)
+        except asyncio.CancelledError:  # the request's deadline
+            if future.cancel():  # pebble kills the worker running it and starts another
+                self.on_killed("deadline")
+            raise
+        except TimeoutError:  # pebble's backstop fired first; the caller answers 504
+            self.on_killed("deadline")
+            raise
+        except ProcessExpired as err:
+            reason, error = self._expired(err)
+            self.on_killed(reason)
+            raise error from None
+        except BrokenProcessPool:
+            raise not_ready("decode pool restarting") from None
+        # Off the event loop: a 50-page PDF is 50 copies of up to 9 MB.
+        return await asyncio.to_thread(lambda: [p.to_page_image() for p in pages])
+
+    def _expired(self, err: ProcessExpired) -> tuple[str, ApiError]:
+        if err.exitcode == -signal.SIGXCPU:
+            return "cpu_limit", too_large(
+                "decode_cpu_limit",
+                f"decoding the document took more than {self.bounds.cpu_s} s of CPU (decode_cpu_s)",
+            )
+        if err.exitcode == -signal.SIGKILL:  # the kernel's OOM killer, or a cgroup limit
+            return "memory_limit", memory_limit()
+        return "crashed", invalid_image(f"the decoder crashed on this document (exit {err.exitcode})")
+
+    def close(self) -> None:
+        self._pool.stop()
+        self._pool.join(timeout=5)

@@ -1,0 +1,121 @@
+"""Documents are decoded in worker processes that the request's deadline, a CPU-time limit and a memory limit
+stop: the answer is a clear 4xx/504, the worker is replaced, and other requests (at the same time and
+right after) are served. Every document is generated here (nothing binary is committed)."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import httpx
+import pytest
+
+from .docs import encode, png_bomb, render
+from .server import Server
+from .test_errors import assert_error
+from .test_malformed import CATALOG, pdf
+
+
+def nested_xobject_pdf(depth: int, fanout: int = 10) -> bytes:
+    """A page that draws form X{depth}, each form drawing the one below it `fanout` times: fanout**depth
+    fills from ~2 KB. Depth 4 renders for tens of seconds in PDFium; one level more multiplies it by ~10."""
+    first_form = 5  # objects 1-4: catalog, page tree, page, page content
+    content = b"/X%d Do" % depth
+    objects = [
+        CATALOG,
+        b"<< /Type /Pages /Kids [3 0 R] /Count 1 >>",
+        b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents 4 0 R "
+        b"/Resources << /XObject << /X%d %d 0 R >> >> >>" % (depth, first_form + depth),
+        b"<< /Length %d >>\nstream\n%s\nendstream" % (len(content), content),
+    ]
+    for level in range(depth + 1):
+        if level == 0:
+            body, resources = b"0 0 1 rg 10 10 500 700 re f", b""
+        else:
+            body = b" ".join(b"q 1 0 0 1 0.1 0.1 cm /X%d Do Q" % (level - 1) for _ in range(fanout))
+            resources = b"/Resources << /XObject << /X%d %d 0 R >> >>" % (level - 1, first_form + level - 1)
+        objects.append(
+            b"<< /Type /XObject /Subtype /Form /BBox [0 0 612 792] %s /Length %d >>\nstream\n%s\nendstream"
+            % (resources, len(body), body)
+        )
+    return pdf(*objects)
+
+
+@pytest.fixture(scope="module")
+def clean() -> bytes:
+    return encode(render(["Clean page 42"]).image, "PNG")
+
+
+def assert_served(srv: Server, clean: bytes) -> None:
+    r = srv.ocr(clean, "image/png")
+    assert r.status_code == 200, r.text
+    assert "42" in r.json()["pages"][0]["text"]
+
+
+def killed(srv: Server, reason: str) -> float:
+    return srv.metrics().get(f'ocr_decode_workers_killed_total{{reason="{reason}"}}', 0.0)
+
+
+def test_deadline_kills_the_render_and_others_are_served(tmp_path, clean):
+    deadline = 6  # room for the clean page on a busy 2-core machine; the hostile one renders for ~50 s
+    srv = Server(tmp_path, request_timeout_s=deadline, max_concurrency=2, preprocess_workers=2).start()
+    try:
+        answer: dict[str, object] = {}
+
+        def hostile() -> None:
+            start = time.monotonic()
+            answer["response"] = srv.ocr(nested_xobject_pdf(4), "application/pdf")
+            answer["seconds"] = time.monotonic() - start
+
+        thread = threading.Thread(target=hostile)
+        thread.start()
+        srv.wait_until(lambda h: h["inflight"] >= 1)
+        assert_served(srv, clean)  # while PDFium renders the hostile page in another worker
+        thread.join()
+        assert_error(answer["response"], 504, "timeout")
+        assert answer["seconds"] <= deadline + 1, answer["seconds"]
+        assert killed(srv, "deadline") == 1  # the render stopped with its worker, not only the answer
+        assert_served(srv, clean)
+        assert srv.health().json()["inflight"] == 0
+    finally:
+        assert srv.stop() == 0
+
+
+@pytest.fixture(scope="module")
+def bounded(tmp_path_factory):
+    """Tight decode bounds, a far deadline: what stops a document here is the limit, not the clock."""
+    srv = Server(
+        tmp_path_factory.mktemp("bounded"),
+        request_timeout_s=120,
+        preprocess_workers=1,
+        decode_cpu_s=1,
+        decode_memory_mb=256,
+    ).start()
+    yield srv
+    assert srv.stop() == 0
+
+
+def test_cpu_limit_kills_the_worker_with_413_and_the_next_request_is_served(bounded, clean):
+    r = bounded.ocr(nested_xobject_pdf(4), "application/pdf")
+    err = assert_error(r, 413, "decode_cpu_limit")
+    assert "decode_cpu_s" in err["message"]
+    assert killed(bounded, "cpu_limit") == 1
+    assert_served(bounded, clean)  # by the replacement: the pool has one worker
+
+
+def test_memory_limit_is_413_and_the_next_request_is_served(bounded, clean):
+    # 49 MP (under max_pixels) in ~30 KB: its RGB page alone needs ~200 MB, more than the worker's 256 MB.
+    r = bounded.ocr(png_bomb(7000, 7000), "image/png")
+    err = assert_error(r, 413, "decode_memory_limit")
+    assert "decode_memory_mb" in err["message"]
+    assert_served(bounded, clean)
+
+
+def test_multipart_is_parsed_in_the_worker(bounded, clean):
+    files = {"file": ("clean.png", clean, "image/png")}
+    with bounded.client() as c:
+        r = c.post("/v1/ocr", files=files)
+    assert r.status_code == 200, r.text
+    bad = httpx.Request("POST", "http://x", files={"other": ("x", b"x")})
+    body, ctype = bad.read(), bad.headers["content-type"]
+    assert_error(bounded.ocr(body, ctype), 422, "invalid_parameter")
