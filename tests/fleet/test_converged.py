@@ -1,6 +1,7 @@
 """The fleet as site.yml left it (`make test-fleet`), verified from outside before any upgrade changes it:
 HTTPS through each host's nginx with the fleet's CA, only modern TLS, the firewall, the request in the
-journal as fields (no document text), the GPU metrics timer, and a second converge that changes nothing.
+journal as fields (no document text) and its way LB -> nginx -> app, the GPU metrics timer, and a second
+converge that changes nothing.
 
 The per-role paths site.yml does not take in the lab (the NVIDIA driver from a signed repository, check
 mode) are each role's Molecule scenario; here the roles meet on one fleet.
@@ -64,6 +65,42 @@ def test_journal_has_the_request_as_fields_without_document_text(fleet):
     assert own
     for line in TEXTS["en"]:
         assert line not in own
+
+
+def test_one_requests_way_through_the_fleet_in_the_journal(fleet):
+    """README's "one request's way": with the id from the response, `journalctl REQUEST_ID=<id>` on the LB
+    names the app host (`UPSTREAM`), and the same command there shows nginx's entry and the app's."""
+    with fleet.client() as c:
+        r = c.post(
+            "/v1/ocr", content=encode(render(TEXTS["en"]).image, "PNG"), headers={"Content-Type": "image/png"}
+        )
+    assert r.status_code == 200, r.text
+    rid = r.headers["x-request-id"]
+
+    def way(host: str, *idents: str) -> dict[str, dict]:
+        """The request's entries on `host` by SYSLOG_IDENTIFIER (of the app's, its access entry), once all
+        of `idents` are there."""
+
+        def read() -> dict[str, dict] | None:
+            argv = ["journalctl", f"REQUEST_ID={rid}", "-o", "json", "--no-pager"]
+            found = [json.loads(x) for x in fleet.lab.exec(host, argv).stdout.splitlines()]
+            by = {
+                e["SYSLOG_IDENTIFIER"].split("@")[0]: e
+                for e in found
+                if e.get("LOGGER", "ocr_app.access") == "ocr_app.access"
+            }
+            return by if set(idents) <= set(by) else None
+
+        # The relay's rsyslogd writes nginx's and HAProxy's entries a moment after the response.
+        return L.wait_until(read, 30, f"{idents} entries of {rid} on {host}", 0.5)
+
+    lb = way("lb-1", "haproxy")["haproxy"]
+    assert (lb["ROUTE"], lb["STATUS"], lb["PRIORITY"]) == ("/v1/ocr", "200", "6"), lb
+    assert lb["UPSTREAM"] in fleet.apps, lb
+    on_host = way(lb["UPSTREAM"], "nginx", "ocr-app")
+    assert (on_host["nginx"]["ROUTE"], on_host["nginx"]["STATUS"]) == ("/v1/ocr", "200"), on_host
+    app = on_host["ocr-app"]
+    assert (app["ROUTE"], app["STATUS"], app["CALLER"]) == ("/v1/ocr", "200", "fleet"), app
 
 
 def test_only_modern_tls(fleet):
