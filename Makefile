@@ -104,5 +104,5 @@ clean:  ## remove the virtualenv and caches (the lab's image cache stays)
 wheelhouse: venv  ## the app and all its dependencies as wheels for the hosts (build/wheelhouse)
 	scripts/build-wheelhouse.sh build/wheelhouse
 
-test-roles: lab-deps venv wheelhouse  ## every role's Molecule scenario on nspawn hosts (root)
+test-roles: lab-deps venv wheelhouse  ## every role's Molecule scenario on nspawn hosts, two at a time (OCRFLEET_MOLECULE_JOBS) (root)
 	PATH="$(abspath $(BIN)):$$PATH" lab/molecule/run.sh
