@@ -24,8 +24,9 @@ from .test_errors import assert_error
 DEADLINE_S = 10.0
 MEMORY_MB = 512  # decode_memory_mb: a Flate bomb of 1 GiB is over it, every clean document well under
 PDF, PNG, TIFF, JPEG = "application/pdf", "image/png", "image/tiff", "image/jpeg"
-CLEAN = encode(render(["Clean page 42"]).image, "PNG")
-CLEAN_JPEG = encode(render(["Clean page 42"]).image, "JPEG")
+# 500 px wide: under max_image_side below, so the engine reads it as drawn.
+CLEAN = encode(render(["Clean page 42"], width=500).image, "PNG")
+CLEAN_JPEG = encode(render(["Clean page 42"], width=500).image, "JPEG")
 
 
 @dataclass(frozen=True)
@@ -97,7 +98,7 @@ def srv(tmp_path_factory):
         max_concurrency=2,
         preprocess_workers=2,
         decode_memory_mb=MEMORY_MB,
-        max_image_side=768,  # a quarter of the engine's work per PDF page: the test is of bounds, not of OCR
+        max_image_side=512,  # a tenth of the engine's work per PDF page: the test is of bounds, not of OCR
         decode_cpu_s=120,  # the deadline, not the CPU limit, stops what runs long (test_decode_pool has both)
     ).start()
     yield server
