@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable
 from contextlib import suppress
 from dataclasses import dataclass
@@ -38,6 +39,7 @@ class Hostile:
     pages: list[int] | None = None  # a 200's page numbers
     size: tuple[int, int] | None = None  # a 200's first page (width, height) as the API reports it
     expensive: bool = False  # runs into a bound: the clean document sent with it must come back first
+    killed: str | None = None  # the reason its decode worker is killed for (and replaced), if it is
 
 
 def doc(body_fn: Callable[[], bytes], ctype: str) -> Callable[[], tuple[bytes, str]]:
@@ -48,7 +50,9 @@ CORPUS = {
     # Form XObjects nested `depth` deep, each drawing the next 10 times: 10^depth fills.
     "pdf_nested_depth1": Hostile(doc(lambda: h.nested_xobject_pdf(1), PDF), 200, pages=[1]),
     "pdf_nested_depth2": Hostile(doc(lambda: h.nested_xobject_pdf(2), PDF), 200, pages=[1]),
-    "pdf_nested_depth5": Hostile(doc(lambda: h.nested_xobject_pdf(5), PDF), 504, "timeout", expensive=True),
+    "pdf_nested_depth5": Hostile(
+        doc(lambda: h.nested_xobject_pdf(5), PDF), 504, "timeout", expensive=True, killed="deadline"
+    ),
     # 200 x 200 in is the largest page ISO 32000 allows: served, rendered at max_image_side, sized at pdf_dpi.
     "pdf_200in_page": Hostile(doc(h.pdf_huge_page, PDF), 200, pages=[1], size=(40000, 40000)),
     "pdf_1e9pt_page": Hostile(doc(h.pdf_sliver_page, PDF), 400, "invalid_image", "at most 14 400 pt"),
@@ -56,7 +60,11 @@ CORPUS = {
     "pdf_count_says_1e9_has_1": Hostile(doc(lambda: h.pdf_count_lies(10**9), PDF), 200, pages=[1]),
     "pdf_xref_lies": Hostile(doc(h.pdf_xref_lies, PDF), 200, says="42", pages=[1]),
     "pdf_flate_bomb_content_1GiB": Hostile(
-        doc(lambda: h.pdf_flate_content(1024), PDF), 413, "decode_memory_limit", "decode_memory_mb"
+        doc(lambda: h.pdf_flate_content(1024), PDF),
+        413,
+        "decode_memory_limit",
+        "decode_memory_mb",
+        killed="memory_limit",
     ),
     # 40000 x 40000 RGB samples (4.8 GB inflated): PDFium declines to decode an image that size.
     "pdf_flate_bomb_image_4.8GB": Hostile(doc(lambda: h.pdf_flate_image(40000), PDF), 200, pages=[1]),
@@ -141,6 +149,14 @@ def decode_workers_peak_mb(server: Server) -> int:
     return max(peaks)
 
 
+def killed_total(server: Server) -> Counter:
+    """ocr_decode_workers_killed_total by reason."""
+    prefix = 'ocr_decode_workers_killed_total{reason="'
+    return Counter(
+        {k[len(prefix) : -2]: int(v) for k, v in server.metrics().items() if k.startswith(prefix) and v}
+    )
+
+
 def assert_clean_served(r) -> None:
     assert r.status_code == 200, r.text
     assert "42" in r.json()["pages"][0]["text"]
@@ -150,6 +166,7 @@ def assert_clean_served(r) -> None:
 def test_hostile_document_is_bounded(srv, name):
     case = CORPUS[name]
     body, ctype = case.make()
+    killed_before = killed_total(srv)
     answer: dict[str, object] = {}
 
     def send_hostile() -> None:
@@ -183,6 +200,8 @@ def test_hostile_document_is_bounded(srv, name):
         assert case.says in err["message"], err
     if case.expensive:
         assert clean_done < answer["done"], "the clean page waited for the hostile one"
+    expected_kills = {case.killed: 1} if case.killed else {}
+    assert killed_total(srv) - killed_before == Counter(expected_kills)  # the work stopped with its worker
     assert_clean_served(srv.ocr(CLEAN, PNG))  # right after: by a worker that is alive (or replaced)
     peak_mb = decode_workers_peak_mb(srv)
     TIMES[name] = (r.status_code, code, seconds, len(body), peak_mb)
