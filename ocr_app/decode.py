@@ -187,7 +187,9 @@ class DecodePool:
                 "decode_cpu_limit",
                 f"decoding the document took more than {self.bounds.cpu_s} s of CPU (decode_cpu_s)",
             )
-        if err.exitcode == -signal.SIGKILL:  # the kernel's OOM killer, or a cgroup limit
+        # SIGKILL: the kernel's OOM killer, or a cgroup limit. SIGABRT: PDFium's allocator (and C++'s
+        # std::bad_alloc) abort the process when RLIMIT_AS refuses memory; a Flate bomb in a PDF stream.
+        if err.exitcode in (-signal.SIGKILL, -signal.SIGABRT):
             return "memory_limit", memory_limit()
         return "crashed", invalid_image(f"the decoder crashed on this document (exit {err.exitcode})")
 

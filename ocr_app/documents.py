@@ -213,6 +213,24 @@ def _select(selection: list[int] | None, count: int, limits: Limits) -> list[int
     return numbers
 
 
+# ISO 32000-1 annex C: a page is at most 14 400 units (200 in) a side. A larger MediaBox is not a page that
+# anyone prints: e.g. 10^9 x 1 pt, which scaled to max_image_side renders less than a pixel high.
+MAX_PDF_PAGE_PT = 14_400.0
+
+
+def _check_pdf_page_sizes(pdf: pdfium.PdfDocument, numbers: list[int]) -> None:
+    """Every selected page's size, from the page tree (no page loaded, nothing rendered), before any work."""
+    for number in numbers:
+        try:
+            w_pt, h_pt = pdf.get_page_size(number - 1)
+        except pdfium.PdfiumError as err:
+            raise invalid_image(f"cannot load PDF page {number}: {err}") from None
+        if not (0 < w_pt <= MAX_PDF_PAGE_PT and 0 < h_pt <= MAX_PDF_PAGE_PT):
+            raise invalid_image(
+                f"PDF page {number} is {w_pt:g} x {h_pt:g} pt: a page is at most 14 400 pt (200 in) a side"
+            )
+
+
 def _pdf_pages(data: bytes, selection: list[int] | None, limits: Limits) -> list[PageImage]:
     out = []
     with _PDFIUM_LOCK:
@@ -221,7 +239,9 @@ def _pdf_pages(data: bytes, selection: list[int] | None, limits: Limits) -> list
         except pdfium.PdfiumError as err:
             raise invalid_image(f"cannot open PDF: {err}") from None
         try:
-            for number in _select(selection, len(pdf), limits):
+            numbers = _select(selection, len(pdf), limits)
+            _check_pdf_page_sizes(pdf, numbers)
+            for number in numbers:
                 try:
                     page = pdf[number - 1]  # the page count may lie (a broken page tree)
                 except pdfium.PdfiumError as err:
