@@ -102,8 +102,12 @@ class HealthMonitor:
             lag = max(0.0, loop.time() - before - LAG_INTERVAL_S)
             self.metrics.loop_lag.observe(lag)
             if lag > self.settings.health_loop_lag_s:
-                self._lag_seen_s, self._lag_seen_at = lag, time.monotonic()
-                log.warning("event loop lag %.2f s", lag, extra={"lag_s": round(lag, 3)})
+                now, last = time.monotonic(), self._lag_seen_at
+                if last is None or now - last >= self.settings.health_loop_lag_window_s:  # once per episode
+                    log.warning(
+                        "event loop lag %.2f s: /healthz degraded", lag, extra={"lag_s": round(lag, 2)}
+                    )
+                self._lag_seen_s, self._lag_seen_at = lag, now
             self._note_engine_progress(time.monotonic())
 
     async def _probe_decode(self) -> None:

@@ -96,6 +96,7 @@ def test_event_loop_lag_takes_the_instance_out_until_the_window_passes(srv, cont
     r = poll_health(srv, degraded_for("event loop lag"), timeout=10)
     assert "health_loop_lag_s" in r.json()["reason"]
     poll_health(srv, ready)  # the 2 s window passed: back without a restart
+    assert "event loop lag" in srv.logs()  # the journal says why, once
     after = srv.metrics()
 
     def delta(name: str) -> float:
