@@ -5,7 +5,8 @@ STALL_CONTROL naming a directory. On each request, recognize() looks there:
 
 - `block_loop` (a number of seconds): sleeps that long *synchronously*, on the event loop, then goes on;
   the file is removed first, so it happens once;
-- `wedge`: waits (without blocking the loop) while the file exists, finishing no page.
+- `wedge`: waits (without blocking the loop) while the file exists, finishing no page;
+- `trickle` (a number of seconds): each page takes that long (a slow engine that still makes progress).
 
 Otherwise every page reads back the self-test text at once. Everything else (settings, the CLI, the HTTP
 app, the decode pool) is the app's own: only the class behind `engine: rapidocr` is replaced, in this
@@ -44,8 +45,11 @@ class StallEngine(Engine):
             time.sleep(seconds)  # noqa: ASYNC251 - on the event loop: what a slow synchronous path does
         while (self.control / "wedge").exists():  # noqa: ASYNC110 - another process removes it
             await asyncio.sleep(0.05)
+        trickle = self.control / "trickle"
+        per_page = float(trickle.read_text()) if trickle.exists() else 0.0
         out = []
         for _ in pages:
+            await asyncio.sleep(per_page)
             out.append(EnginePage(lines=[EngineLine(SELF_TEST_TEXT, None, 1.0)]))
             self._page_done()
         return out

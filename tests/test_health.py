@@ -14,7 +14,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from .docs import encode, render
+from .docs import encode, pdf, render
 from .server import Server
 from .test_decode_pool import nested_xobject_pdf
 from .test_errors import assert_error
@@ -134,3 +134,25 @@ def test_wedged_engine_takes_the_instance_out_until_it_makes_progress(srv, contr
     finally:
         wedge.unlink(missing_ok=True)
     poll_health(srv, ready)
+
+
+def test_slow_engine_that_finishes_pages_is_not_wedged(srv, control):
+    poll_health(srv, ready)
+    trickle = control / "trickle"
+    trickle.write_text("0.6")  # 5 pages: 3 s in the engine, twice health_engine_stall_s, a page every 0.6 s
+    try:
+        with ThreadPoolExecutor(1) as pool:
+            document = pdf([render([f"Page {i}"]).image for i in range(5)])
+            slow = pool.submit(srv.ocr, document, "application/pdf")
+            answers = []
+            while not slow.done():  # polled all the while the request runs
+                r = srv.health()
+                if r is not None:
+                    answers.append((r.status_code, r.json()["reason"]))
+                time.sleep(0.02)
+            assert slow.result().status_code == 200
+    finally:
+        trickle.unlink(missing_ok=True)
+    # The engine only: on a busy machine the PDF's decode may itself pass the 1.5 s decode bound.
+    wedged = [reason for _, reason in answers if "engine wedged" in (reason or "")]
+    assert answers and not wedged, wedged
