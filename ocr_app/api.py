@@ -26,6 +26,7 @@ from .config import Settings
 from .decode import DecodeBounds, DecodePool
 from .documents import MULTIPART_TYPE, SUPPORTED_TYPES, Limits, normalise_media_type, parse_page_selection
 from .engines import Engine, EngineError, create_engine
+from .health import HealthMonitor
 from .logs import request_id_var
 from .metrics import Metrics
 from .results import (
@@ -82,14 +83,19 @@ class AppState:
             DecodeBounds(settings.decode_cpu_s, settings.decode_memory_mb),
             on_killed=lambda reason: self.metrics.decode_killed.labels(reason).inc(),
         )
+        self.health = HealthMonitor(settings, self.metrics, self.decode_pool, engine)
         self.status = "loading"  # -> ready | unhealthy
         self.stopping = False
         engine.on_fatal = self.fatal  # a backend that dies between requests (vLLM's engine core)
 
-    def health_status(self) -> str:
-        if self.status == "ready" and (self.stopping or self.admission.draining):
-            return "draining"
-        return self.status
+    def health_status(self) -> tuple[str, str | None]:
+        """/healthz's status and, when degraded, why."""
+        if self.status != "ready":
+            return self.status, None
+        if self.stopping or self.admission.draining:
+            return "draining", None
+        problems = self.health.problems()
+        return ("degraded", "; ".join(problems)) if problems else ("ready", None)
 
     def fatal(self, reason: str) -> None:
         self.status = "unhealthy"
@@ -119,6 +125,12 @@ class AppState:
             },
         )
         systemd.notify("READY=1")
+
+    async def monitor_health(self, engine_load: asyncio.Task) -> None:
+        """From ready on: a slow start (the engine's load) is no reason to take a ready instance out."""
+        await asyncio.shield(engine_load)
+        if self.status == "ready":
+            await self.health.run()
 
     async def watchdog(self, interval: float) -> None:
         # Pinged from the event loop itself: a blocked loop or a dead engine stops the pings.
@@ -287,6 +299,7 @@ def create_app(
         with suppress(NotImplementedError, RuntimeError, ValueError):  # not in the main thread
             loop.add_signal_handler(signal.SIGHUP, state.reload_keys)
         tasks = [asyncio.create_task(state.start_engine(), name="engine-load")]
+        tasks.append(asyncio.create_task(state.monitor_health(tasks[0]), name="health-monitor"))
         interval = systemd.watchdog_interval_s()
         if interval:
             tasks.append(asyncio.create_task(state.watchdog(interval), name="watchdog"))
@@ -380,7 +393,8 @@ def create_app(
                 del body
                 request.state.pages = len(images)
                 t_inf = time.perf_counter()
-                engine_pages = await state.engine.recognize(images, max_tokens=max_tokens)
+                with state.health.engine_work():
+                    engine_pages = await state.engine.recognize(images, max_tokens=max_tokens)
                 t_done = time.perf_counter()
         except TimeoutError:
             raise timeout(s.request_timeout_s) from None
@@ -417,9 +431,10 @@ def create_app(
 
     @app.get("/healthz", response_model=Health, responses={503: {"model": Health}})
     async def healthz() -> JSONResponse:
-        status = state.health_status()
+        status, reason = state.health_status()
         body = Health(
             status=status,  # type: ignore[arg-type]
+            reason=reason,
             model_loaded=state.status == "ready",
             engine=state.engine.name,
             model=state.engine.model,

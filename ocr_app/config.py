@@ -99,6 +99,18 @@ class Settings(BaseSettings):
     # A request slower than this is logged at warning priority (`journalctl -p warning` finds it).
     slow_request_s: float = Field(10.0, gt=0)
 
+    # /healthz turns 503 `degraded` (the load balancer takes the instance out) while it cannot take new
+    # work in reasonable time; each condition clears by itself (ocr_app/health.py).
+    # The event loop woke this much late (every request waited as long): out for the window after it.
+    health_loop_lag_s: float = Field(1.0, gt=0)
+    health_loop_lag_window_s: float = Field(30.0, gt=0)
+    # A no-op task waited this long for a decode worker. A worker is freed at its request's deadline
+    # (request_timeout_s) at the latest, so twice the default deadline means workers are not freed.
+    health_decode_stall_s: float = Field(60.0, gt=0)
+    # Requests in the engine and no page finished for this long: wedged. A vllm page that writes
+    # vllm_max_tokens and is retried takes tens of seconds; a rapidocr page, seconds.
+    health_engine_stall_s: float = Field(120.0, gt=0)
+
     @model_validator(mode="after")
     def _vllm_is_consistent(self) -> Settings:
         if self.engine == "vllm" and self.model_path is None:

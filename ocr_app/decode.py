@@ -16,10 +16,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import multiprocessing
+import os
 import resource
 import signal
 import time
 from collections.abc import Callable
+from concurrent.futures import Future
 from concurrent.futures.process import BrokenProcessPool
 from contextlib import suppress
 from dataclasses import dataclass
@@ -109,6 +111,11 @@ def decode_document(
         _set_cpu_soft_limit(None)  # never SIGXCPU while pebble sends the result (it holds a lock then)
 
 
+def _probe() -> int:
+    """In a worker: nothing; that it comes back is the answer (HealthMonitor)."""
+    return os.getpid()
+
+
 def memory_limit() -> ApiError:
     return too_large(
         "decode_memory_limit",
@@ -145,6 +152,10 @@ class DecodePool:
             self._pool.stop()
             self._pool = self._new_pool()
         return self._pool
+
+    def probe(self) -> Future:
+        """A no-op task behind whatever the workers are doing; restarts a broken pool as decode() does."""
+        return self._running_pool().schedule(_probe)
 
     async def decode(
         self,

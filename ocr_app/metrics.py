@@ -47,6 +47,16 @@ class Metrics:
             ["reason"],
             registry=r,
         )
+        # How late the event loop's periodic wake-up is (ocr_app/health.py), one sample every 0.25 s. A
+        # histogram rather than a gauge of the recent max: a scrape cannot miss a spike between two scrapes,
+        # rate(_sum) is the share of time requests waited on a busy loop, and the buckets above 0.1 s
+        # count the blocks an operator alerts on (a healthy loop stays in the lowest buckets).
+        self.loop_lag = Histogram(
+            "ocr_event_loop_lag_seconds",
+            "How late the event loop woke from a 0.25 s sleep",
+            buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
+            registry=r,
+        )
         self.inflight = Gauge("ocr_inflight_requests", "OCR requests being processed", registry=r)
         self.queue_depth = Gauge("ocr_queue_depth", "OCR requests waiting for a slot", registry=r)
         self.model_loaded = Gauge("ocr_model_loaded", "1 once the engine passed its self-test", registry=r)

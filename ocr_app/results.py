@@ -54,7 +54,9 @@ class OcrResponse(BaseModel):
 
 
 class Health(BaseModel):
-    status: Literal["ready", "loading", "draining", "unhealthy"]
+    status: Literal["ready", "loading", "draining", "degraded", "unhealthy"]
+    # degraded: why the instance cannot take new work in reasonable time (its conditions, "; "-joined)
+    reason: str | None = None
     model_loaded: bool
     engine: str
     model: str

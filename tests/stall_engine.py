@@ -1,0 +1,62 @@
+"""`ocr-app` with an engine that a test can wedge or make block the event loop; for tests only.
+
+Run as `python tests/stall_engine.py <ocr-app arguments>` with `engine: rapidocr` in the config and env
+STALL_CONTROL naming a directory. On each request, recognize() looks there:
+
+- `block_loop` (a number of seconds): sleeps that long *synchronously*, on the event loop, then goes on;
+  the file is removed first, so it happens once;
+- `wedge`: waits (without blocking the loop) while the file exists, finishing no page;
+- `trickle` (a number of seconds): each page takes that long (a slow engine that still makes progress).
+
+Otherwise every page reads back the self-test text at once. Everything else (settings, the CLI, the HTTP
+app, the decode pool) is the app's own: only the class behind `engine: rapidocr` is replaced, in this
+process, so nothing of it can reach a release.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+import time
+from pathlib import Path
+
+import ocr_app.engines.rapidocr
+from ocr_app.cli import main
+from ocr_app.engines import EngineLine, EnginePage
+from ocr_app.engines.base import SELF_TEST_TEXT, Engine
+
+
+class StallEngine(Engine):
+    name = "rapidocr"
+    model = "stall-test"
+
+    def __init__(self, **_settings):
+        self.control = Path(os.environ["STALL_CONTROL"])
+
+    async def load(self) -> None:
+        pass
+
+    async def recognize(self, pages, max_tokens=None):
+        block = self.control / "block_loop"
+        if block.exists():
+            seconds = float(block.read_text())
+            block.unlink()
+            time.sleep(seconds)  # noqa: ASYNC251 - on the event loop: what a slow synchronous path does
+        while (self.control / "wedge").exists():  # noqa: ASYNC110 - another process removes it
+            await asyncio.sleep(0.05)
+        trickle = self.control / "trickle"
+        per_page = float(trickle.read_text()) if trickle.exists() else 0.0
+        out = []
+        for _ in pages:
+            await asyncio.sleep(per_page)
+            out.append(EnginePage(lines=[EngineLine(SELF_TEST_TEXT, None, 1.0)]))
+            self._page_done()
+        return out
+
+
+# create_engine imports RapidOcrEngine from this module when it is called: it gets the stand-in.
+ocr_app.engines.rapidocr.RapidOcrEngine = StallEngine  # type: ignore[misc]
+
+if __name__ == "__main__":
+    sys.exit(main())
