@@ -57,7 +57,7 @@ def killed(srv: Server, reason: str) -> float:
 
 
 def test_deadline_kills_the_render_and_others_are_served(tmp_path, clean):
-    deadline = 10  # room for the clean page at load 14 on 2 cores (6 s was not); the hostile one renders ~50 s
+    deadline = 10  # room for the clean page at load 14 (6 s was not); the hostile one renders for ~50 s
     srv = Server(tmp_path, request_timeout_s=deadline, max_concurrency=2, preprocess_workers=2).start()
     try:
         answer: dict[str, object] = {}
