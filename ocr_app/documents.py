@@ -41,7 +41,10 @@ _EXIF_ORIENTATION = 0x0112
 # `preview=true`: the page the engine saw, small enough to send back inside the JSON.
 PREVIEW_MAX_SIDE = 1024
 PREVIEW_JPEG_QUALITY = 80
-_SELECTION_RE = re.compile(r"^\s*\d+\s*(-\s*\d+\s*)?(,\s*\d+\s*(-\s*\d+\s*)?)*$")
+# ASCII digits and spaces only, matched whole: Python's `\d`/`\s` take any Unicode digit or separator (the
+# fuzzer's "0\x1f", which int() refuses: a 500), `$` a trailing newline; int() refuses over 4300 digits.
+_N = r"[ \t]*[0-9]{1,18}[ \t]*"
+_SELECTION_RE = re.compile(rf"{_N}(-{_N})?(,{_N}(-{_N})?)*")
 
 
 @dataclass(frozen=True)
@@ -69,7 +72,7 @@ def parse_page_selection(spec: str | None, max_pages: int) -> list[int] | None:
     """`1-3,5` -> [1, 2, 3, 5]; None selects every page."""
     if spec is None:
         return None
-    if not _SELECTION_RE.match(spec):
+    if not _SELECTION_RE.fullmatch(spec):
         raise invalid_parameter(f"pages must look like '1-3,5', got {spec[:40]!r}")
     pages: set[int] = set()
     for part in spec.split(","):
