@@ -41,8 +41,11 @@ import yaml
 from PIL import Image, ImageFilter
 
 from ocr_app.config import Settings, load_settings
-from ocr_app.decode import DecodeBounds, DecodePool
+from ocr_app.decode import DecodePool, DecodeRequest
 from ocr_app.documents import Limits, load_pages
+from ocr_app.engines import create_engine
+from ocr_app.metrics import Metrics
+from ocr_app.pipeline import Job, Pipeline
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS_FILE = Path(__file__).resolve().parent / "results.json"
@@ -341,40 +344,33 @@ def peer_pass(peer: Process, docs: list[Doc], concurrency: int) -> PassResult:
 
 
 class DirectEngine:
-    """The service's engine and preprocessing, in this process: what the service could at best do."""
+    """The service's own pipeline (ocr_app/pipeline.py: admission, decode pool, engine, response) with the
+    service's settings, driven in this process: what the service could at best do without HTTP."""
 
     def __init__(self, settings: Settings):
-        from ocr_app.engines.rapidocr import RapidOcrEngine
-
-        self.engine = RapidOcrEngine(
-            workers=settings.rapidocr_workers,
-            threads=settings.rapidocr_threads,
-            use_cls=settings.rapidocr_use_cls,
-        )
-        self.decode_pool = decode_pool(settings)
-        self.limits = Limits(
-            max_pixels=settings.max_pixels,
-            max_image_side=settings.max_image_side,
-            max_pages=settings.max_pages,
-            pdf_dpi=settings.pdf_dpi,
-        )
-        asyncio.run(self.engine.load())
+        self.pipeline = Pipeline(settings, create_engine(settings), Metrics())
+        # One loop for every pass: admission's semaphore belongs to the loop it first waited on.
+        self.loop = asyncio.new_event_loop()
+        self.loop.run_until_complete(self.pipeline.start())
 
     def run_pass(self, docs: list[Doc], concurrency: int) -> PassResult:
         async def run() -> PassResult:
             async def one(doc: Doc) -> int:
-                pages = await self.decode_pool.decode(
-                    doc.data, doc.ctype, doc.ctype, None, self.limits, False, time.monotonic() + 300
-                )
-                return sum(len(p.lines) for p in await self.engine.recognize(pages))
+                async def read() -> bytes:
+                    return doc.data
+
+                answer = await self.pipeline.run(read, Job(doc.ctype), "bench")
+                return sum(len(p.lines) for p in answer.pages)
 
             return await drive("direct", docs, concurrency, one)
 
-        return asyncio.run(run())
+        return self.loop.run_until_complete(run())
 
     def close(self) -> None:
-        asyncio.run(self.engine.close())
-        self.decode_pool.close()
+        try:
+            self.loop.run_until_complete(self.pipeline.close())
+        finally:
+            self.loop.close()
 
 
 # ------------------------------------------------------------------------------------------ statistics
@@ -432,32 +428,24 @@ class Config:
     overrides: dict
 
 
-def decode_pool(settings: Settings) -> DecodePool:
-    """The service's decode pool (ocr_app/decode.py), started."""
-    pool = DecodePool(
-        settings.preprocess_workers, DecodeBounds(settings.decode_cpu_s, settings.decode_memory_mb)
-    )
-    pool.start()
-    return pool
-
-
 def bench_decode(photo: bytes, settings: Settings, reps: int) -> dict:
     """Measurement 4: the 12 MP JPEG through the service's decode pool (the worker's load_pages in JPEG draft
     mode, the page copied back) vs Image.open + load + LANCZOS resize in this process; and load_pages
     alone in this process, to show what the process boundary costs."""
-    limits = Limits(settings.max_pixels, settings.max_image_side, settings.max_pages, settings.pdf_dpi)
+    limits = Limits.from_settings(settings)
     side = settings.max_image_side
     ours: list[float] = []
     inproc: list[float] = []
     full: list[float] = []
     sizes = set()
-    pool = decode_pool(settings)
+    pool = DecodePool.from_settings(settings)  # the service's, as Pipeline builds it
+    pool.start()
     loop = asyncio.new_event_loop()
 
     def run_ours() -> None:
         t = pc()
         [page] = loop.run_until_complete(
-            pool.decode(photo, "image/jpeg", "image/jpeg", None, limits, False, time.monotonic() + 60)
+            pool.decode(DecodeRequest(photo, "image/jpeg"), time.monotonic() + 60)
         )
         ours.append(pc() - t)
         sizes.add(("ours", page.image.size))

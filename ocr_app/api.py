@@ -1,4 +1,6 @@
-"""The FastAPI app: routes, error -> JSON mapping, request context, and the engine's lifecycle."""
+"""The FastAPI app: routes, error -> JSON mapping, request context, and the engine's lifecycle.
+
+The OCR work itself (admission, decode, engine) is ocr_app/pipeline.py's; this module is HTTP."""
 
 from __future__ import annotations
 
@@ -20,28 +22,22 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from . import __version__, systemd, web
-from .admission import Admission
 from .auth import KeyStore, require_caller
 from .config import Settings
-from .decode import DecodeBounds, DecodePool
-from .documents import MULTIPART_TYPE, SUPPORTED_TYPES, Limits, normalise_media_type, parse_page_selection
-from .engines import Engine, EngineError, create_engine
-from .health import HealthMonitor
+from .documents import MULTIPART_TYPE, SUPPORTED_TYPES, normalise_media_type, parse_page_selection
+from .engines import Engine, create_engine
 from .logs import request_id_var
 from .metrics import Metrics
+from .pipeline import Job, Pipeline, Trace
 from .results import (
     ERROR_RESPONSES,
     ApiError,
     ErrorBody,
     ErrorDetail,
     Health,
-    Line,
     OcrResponse,
-    Page,
-    Timings,
     invalid_parameter,
     not_ready,
-    timeout,
     too_large,
     unsupported_media_type,
 )
@@ -62,28 +58,11 @@ class AppState:
         self.engine = engine
         self.on_fatal = on_fatal
         self.keys = KeyStore(settings.api_keys_file) if not settings.auth_disabled else None
-        self.admission = Admission(settings.max_concurrency, settings.max_queue, settings.drain_file)
-        self.limits = Limits(
-            max_pixels=settings.max_pixels,
-            max_image_side=settings.max_image_side,
-            max_pages=settings.max_pages,
-            pdf_dpi=settings.pdf_dpi,
-        )
         self.metrics = Metrics()
-        self.metrics.track(
-            lambda: self.admission.inflight,
-            lambda: self.admission.queued,
-            lambda: self.engine.pages_done,
-            engine_retries=lambda: self.engine.retries,
-            engine_collector=engine.metrics_collector(),
-        )
         self.metrics.info.labels(VERSION, engine.name, engine.model).set(1)
-        self.decode_pool = DecodePool(
-            settings.preprocess_workers,
-            DecodeBounds(settings.decode_cpu_s, settings.decode_memory_mb),
-            on_killed=lambda reason: self.metrics.decode_killed.labels(reason).inc(),
-        )
-        self.health = HealthMonitor(settings, self.metrics, self.decode_pool, engine)
+        self.pipeline = Pipeline(settings, engine, self.metrics)
+        self.admission = self.pipeline.admission
+        self.health = self.pipeline.health
         self.status = "loading"  # -> ready | unhealthy
         self.stopping = False
         engine.on_fatal = self.fatal  # a backend that dies between requests (vLLM's engine core)
@@ -107,9 +86,7 @@ class AppState:
     async def start_engine(self) -> None:
         started = time.perf_counter()
         try:
-            await asyncio.to_thread(self.decode_pool.start)
-            await self.engine.load()
-            await self.engine.self_test()
+            await self.pipeline.start()
         except Exception as err:
             log.exception("engine failed to load")
             self.fatal(f"{type(err).__name__}: {err}")
@@ -310,8 +287,7 @@ def create_app(
             for t in tasks:
                 t.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
-            await state.engine.close()
-            state.decode_pool.close()
+            await state.pipeline.close()
 
     app = FastAPI(
         title="ocrfleet OCR service",
@@ -360,74 +336,27 @@ def create_app(
             None, ge=1, description="vllm engine: the most tokens the model may write per page"
         ),
     ) -> OcrResponse:
-        started = time.perf_counter()
         s = state.settings
         if state.status != "ready":
             raise not_ready(state.status)
-        media_type = normalise_media_type(request.headers.get("content-type"))
+        content_type = request.headers.get("content-type", "")
+        media_type = normalise_media_type(content_type)
         if media_type != MULTIPART_TYPE and media_type not in SUPPORTED_TYPES:
             raise unsupported_media_type(
                 f"unsupported Content-Type {media_type or '(none)'!r}: send multipart/form-data "
                 f"with a 'file' field, or one of {', '.join(SUPPORTED_TYPES)}"
             )
-        selection = parse_page_selection(pages, s.max_pages)
+        job = Job(content_type, parse_page_selection(pages, s.max_pages), preview, max_tokens)
         _check_max_tokens(max_tokens, s.vllm_max_tokens_cap)
         _check_declared_length(request, s.max_upload_bytes)  # refused before a byte of it is read
 
-        deadline = time.monotonic() + s.request_timeout_s
+        trace = Trace()
         try:
-            async with asyncio.timeout(s.request_timeout_s), state.admission.slot() as queued_s:
-                t_pre = time.perf_counter()
-                body = await _read_body(request, s.max_upload_bytes)
-                request.state.bytes = len(body)
-                # Multipart parsing included: a worker that passes the deadline is killed with its work.
-                images = await state.decode_pool.decode(
-                    body,
-                    request.headers.get("content-type", ""),
-                    media_type,
-                    selection,
-                    state.limits,
-                    preview,
-                    deadline,
-                )
-                del body
-                request.state.pages = len(images)
-                t_inf = time.perf_counter()
-                with state.health.engine_work():
-                    engine_pages = await state.engine.recognize(images, max_tokens=max_tokens)
-                t_done = time.perf_counter()
-        except TimeoutError:
-            raise timeout(s.request_timeout_s) from None
-        except EngineError:  # the engine died under this request; fatal() has been called
-            raise not_ready("unhealthy") from None
-
-        state.metrics.pages.inc(len(images))
-        state.metrics.inference.observe(t_done - t_inf)
-        result_pages = [
-            Page(
-                page=img.number,
-                width=img.width,
-                height=img.height,
-                text=ep.text if ep.text is not None else "\n".join(ln.text for ln in ep.lines),
-                lines=[Line(text=ln.text, bbox=ln.bbox, confidence=ln.confidence) for ln in ep.lines],
-                warnings=ep.warnings,
-                preview=img.preview,
+            return await state.pipeline.run(
+                lambda: _read_body(request, s.max_upload_bytes), job, request.state.request_id, trace
             )
-            for img, ep in zip(images, engine_pages, strict=True)
-        ]
-        ms = 1000.0
-        return OcrResponse(
-            request_id=request.state.request_id,
-            engine=state.engine.name,
-            model=state.engine.model,
-            pages=result_pages,
-            timings_ms=Timings(
-                queue=round(queued_s * ms, 2),
-                preprocess=round((t_inf - t_pre) * ms, 2),
-                inference=round((t_done - t_inf) * ms, 2),
-                total=round((time.perf_counter() - started) * ms, 2),
-            ),
-        )
+        finally:
+            request.state.bytes, request.state.pages = trace.bytes, trace.pages
 
     @app.get("/healthz", response_model=Health, responses={503: {"model": Health}})
     async def healthz() -> JSONResponse:

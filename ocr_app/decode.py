@@ -30,7 +30,8 @@ from pebble import ProcessExpired, ProcessPool
 from PIL import Image
 
 from . import documents
-from .documents import MULTIPART_TYPE, Limits, PageImage
+from .config import Settings
+from .documents import MULTIPART_TYPE, Limits, PageImage, normalise_media_type
 from .results import ApiError, invalid_image, not_ready, too_large
 
 log = logging.getLogger("ocr_app.decode")
@@ -43,6 +44,20 @@ Image.init()
 class DecodeBounds:
     cpu_s: int  # CPU seconds per document
     memory_mb: int  # address space per worker process
+
+
+@dataclass(frozen=True)
+class DecodeRequest:
+    """One document as the client sent it, and what of it to decode: what crosses to a worker."""
+
+    body: bytes
+    content_type: str  # the header as sent: a multipart body's boundary is in it
+    selection: list[int] | None = None  # 1-based pages; None: every page
+    preview: bool = False  # each page's image as a JPEG data URL too
+
+    @property
+    def media_type(self) -> str:
+        return normalise_media_type(self.content_type)
 
 
 @dataclass(frozen=True)
@@ -83,23 +98,16 @@ def _set_cpu_soft_limit(seconds: int | None) -> None:
     resource.setrlimit(resource.RLIMIT_CPU, (resource.RLIM_INFINITY if seconds is None else seconds, hard))
 
 
-def decode_document(
-    body: bytes,
-    content_type: str,
-    media_type: str,
-    selection: list[int] | None,
-    limits: Limits,
-    preview: bool,
-    cpu_s: int,
-) -> list[_Page]:
+def decode_document(request: DecodeRequest, limits: Limits, cpu_s: int) -> list[_Page]:
     """In a worker: the body as the client sent it -> its pages. RLIMIT_CPU counts the process' lifetime,
     so the limit is re-armed from what this worker has used so far."""
     _set_cpu_soft_limit(int(_cpu_used_s()) + 1 + cpu_s)
     try:
+        body, media_type = request.body, request.media_type
         if media_type == MULTIPART_TYPE:
-            body, media_type = documents.extract_multipart_file(body, content_type)
+            body, media_type = documents.extract_multipart_file(body, request.content_type)
         media_type = documents.classify(body, media_type)
-        pages = documents.load_pages(body, media_type, selection, limits, preview)
+        pages = documents.load_pages(body, media_type, request.selection, limits, request.preview)
         out = []
         for p in pages:
             out.append(_Page(p.number, p.width, p.height, p.image.size, p.image.tobytes(), p.preview))
@@ -124,12 +132,28 @@ def memory_limit() -> ApiError:
 
 
 class DecodePool:
-    def __init__(self, workers: int, bounds: DecodeBounds, on_killed: Callable[[str], None] | None = None):
+    def __init__(
+        self,
+        workers: int,
+        bounds: DecodeBounds,
+        limits: Limits,
+        on_killed: Callable[[str], None] | None = None,
+    ):
         self.workers = workers
         self.bounds = bounds
+        self.limits = limits
         # Told the reason each time a worker is stopped (and replaced): shows that abandoned work stops.
         self.on_killed = on_killed or (lambda reason: None)
         self._pool = self._new_pool()
+
+    @classmethod
+    def from_settings(cls, settings: Settings, on_killed: Callable[[str], None] | None = None) -> DecodePool:
+        return cls(
+            settings.preprocess_workers,
+            DecodeBounds(settings.decode_cpu_s, settings.decode_memory_mb),
+            Limits.from_settings(settings),
+            on_killed,
+        )
 
     def _new_pool(self) -> ProcessPool:
         ctx = multiprocessing.get_context("forkserver")
@@ -157,20 +181,11 @@ class DecodePool:
         """A no-op task behind whatever the workers are doing; restarts a broken pool as decode() does."""
         return self._running_pool().schedule(_probe)
 
-    async def decode(
-        self,
-        body: bytes,
-        content_type: str,
-        media_type: str,
-        selection: list[int] | None,
-        limits: Limits,
-        preview: bool,
-        deadline_s: float,
-    ) -> list[PageImage]:
+    async def decode(self, request: DecodeRequest, deadline_s: float) -> list[PageImage]:
         """The pages; at `deadline_s` (time.monotonic()) or when cancelled, its worker is killed."""
         future = self._running_pool().schedule(
             decode_document,
-            args=(body, content_type, media_type, selection, limits, preview, self.bounds.cpu_s),
+            args=(request, self.limits, self.bounds.cpu_s),
             # A backstop to the caller's asyncio deadline: pebble times a task from its start.
             timeout=max(0.1, deadline_s - time.monotonic()),
         )

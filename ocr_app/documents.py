@@ -12,12 +12,16 @@ import re
 import threading
 from dataclasses import dataclass
 from io import BytesIO
+from typing import TYPE_CHECKING
 
 import pypdfium2 as pdfium
 from PIL import Image, ImageOps, UnidentifiedImageError
 from python_multipart.multipart import MultipartParser, parse_options_header
 
 from .results import ApiError, invalid_image, invalid_parameter, too_large, unsupported_media_type
+
+if TYPE_CHECKING:
+    from .config import Settings
 
 RASTER_TYPES = {
     "image/png": "PNG",
@@ -53,6 +57,10 @@ class Limits:
     max_image_side: int
     max_pages: int
     pdf_dpi: int
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> Limits:
+        return cls(settings.max_pixels, settings.max_image_side, settings.max_pages, settings.pdf_dpi)
 
 
 @dataclass

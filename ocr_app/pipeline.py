@@ -1,0 +1,128 @@
+"""The OCR pipeline: admission -> decode (in a worker process) -> engine -> the response, without HTTP.
+
+api.py validates the request, hands the pipeline a way to read the body, and turns its answer or ApiError
+into HTTP. bench/run.py drives this same Pipeline in-process, so the benchmark's "direct" side is the
+service's own path with its own settings, minus HTTP.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+from .admission import Admission
+from .config import Settings
+from .decode import DecodePool, DecodeRequest
+from .documents import PageImage
+from .engines import Engine, EngineError, EnginePage
+from .health import HealthMonitor
+from .metrics import Metrics
+from .results import Line, OcrResponse, Page, Timings, not_ready, timeout
+
+
+@dataclass(frozen=True)
+class Job:
+    """What the client asked of its document, besides the document itself."""
+
+    content_type: str  # the header as sent (a multipart body's boundary is in it)
+    selection: list[int] | None = None  # 1-based pages; None: every page
+    preview: bool = False
+    max_tokens: int | None = None  # vllm engine: per page
+
+
+@dataclass
+class Trace:
+    """What the access log says of a request, filled in as far as the pipeline got."""
+
+    bytes: int | None = None
+    pages: int | None = None
+
+
+class Pipeline:
+    def __init__(self, settings: Settings, engine: Engine, metrics: Metrics):
+        self.settings = settings
+        self.engine = engine
+        self.metrics = metrics
+        self.admission = Admission(settings.max_concurrency, settings.max_queue, settings.drain_file)
+        self.decode_pool = DecodePool.from_settings(
+            settings, on_killed=lambda reason: metrics.decode_killed.labels(reason).inc()
+        )
+        self.health = HealthMonitor(settings, metrics, self.decode_pool, engine)
+        metrics.track(
+            lambda: self.admission.inflight,
+            lambda: self.admission.queued,
+            lambda: engine.pages_done,
+            engine_retries=lambda: engine.retries,
+            engine_collector=engine.metrics_collector(),
+        )
+
+    async def start(self) -> None:
+        """The decode workers (seconds of interpreter start-up: off the event loop), then the engine."""
+        await asyncio.to_thread(self.decode_pool.start)
+        await self.engine.load()
+        await self.engine.self_test()
+
+    async def close(self) -> None:
+        await self.engine.close()
+        self.decode_pool.close()
+
+    async def run(
+        self, read_body: Callable[[], Awaitable[bytes]], job: Job, request_id: str, trace: Trace | None = None
+    ) -> OcrResponse:
+        """One document through admission, decode and the engine, within request_timeout_s.
+
+        The body is read only once the request holds a slot: a queued client's upload waits in its socket.
+        Raises ApiError (503 overloaded or unhealthy engine, 504 at the deadline, the decoder's 4xx)."""
+        trace = trace or Trace()
+        started = time.perf_counter()
+        timeout_s = self.settings.request_timeout_s
+        deadline = time.monotonic() + timeout_s
+        try:
+            async with asyncio.timeout(timeout_s), self.admission.slot() as queued_s:
+                t_pre = time.perf_counter()
+                body = await read_body()
+                trace.bytes = len(body)
+                # Multipart parsing included: a worker that passes the deadline is killed with its work.
+                images = await self.decode_pool.decode(
+                    DecodeRequest(body, job.content_type, job.selection, job.preview), deadline
+                )
+                del body
+                trace.pages = len(images)
+                t_inf = time.perf_counter()
+                with self.health.engine_work():
+                    engine_pages = await self.engine.recognize(images, max_tokens=job.max_tokens)
+                t_done = time.perf_counter()
+        except TimeoutError:
+            raise timeout(timeout_s) from None
+        except EngineError:  # the engine died under this request; its on_fatal has been called
+            raise not_ready("unhealthy") from None
+
+        self.metrics.pages.inc(len(images))
+        self.metrics.inference.observe(t_done - t_inf)
+        ms = 1000.0
+        return OcrResponse(
+            request_id=request_id,
+            engine=self.engine.name,
+            model=self.engine.model,
+            pages=[_page(img, ep) for img, ep in zip(images, engine_pages, strict=True)],
+            timings_ms=Timings(
+                queue=round(queued_s * ms, 2),
+                preprocess=round((t_inf - t_pre) * ms, 2),
+                inference=round((t_done - t_inf) * ms, 2),
+                total=round((time.perf_counter() - started) * ms, 2),
+            ),
+        )
+
+
+def _page(img: PageImage, ep: EnginePage) -> Page:
+    return Page(
+        page=img.number,
+        width=img.width,
+        height=img.height,
+        text=ep.text if ep.text is not None else "\n".join(ln.text for ln in ep.lines),
+        lines=[Line(text=ln.text, bbox=ln.bbox, confidence=ln.confidence) for ln in ep.lines],
+        warnings=ep.warnings,
+        preview=img.preview,
+    )
