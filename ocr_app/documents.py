@@ -227,6 +227,11 @@ def _select(selection: list[int] | None, count: int, limits: Limits) -> list[int
 # ISO 32000-1 annex C: a page is at most 14 400 units (200 in) a side. A larger MediaBox is not a page that
 # anyone prints: e.g. 10^9 x 1 pt, which scaled to max_image_side renders less than a pixel high.
 MAX_PDF_PAGE_PT = 14_400.0
+# A form XObject's objects are drawn each time it is invoked, so forms nested a few deep multiply: 3 KB of
+# forms, each drawing the next 10 times, draw 10^5 page-sized fills (minutes of rendering). Real pages draw at
+# most tens of thousands of objects (a dense text page a few thousand runs, a detailed map tens of thousands
+# of paths); PDFium itself stops nesting at 40 levels. A constant, not a setting.
+MAX_PDF_PAGE_OBJECTS = 100_000
 
 
 def _check_pdf_page_sizes(pdf: pdfium.PdfDocument, numbers: list[int]) -> None:
@@ -242,6 +247,51 @@ def _check_pdf_page_sizes(pdf: pdfium.PdfDocument, numbers: list[int]) -> None:
             )
 
 
+def _count_pdf_page_objects(page: pdfium.PdfPage) -> tuple[int, int]:
+    """(objects the page draws with its form XObjects expanded, deepest form nesting seen), counted from the
+    loaded page (PDFium parses every form invocation at load) without rendering; counting stops once past
+    MAX_PDF_PAGE_OBJECTS. Raw calls: pypdfium2's get_objects() wraps each object (3x slower, dense page)."""
+    raw = pdfium.raw
+    get_type, form_type = raw.FPDFPageObj_GetType, raw.FPDF_PAGEOBJ_FORM
+    count = raw.FPDFPage_CountObjects(page)
+    if count > MAX_PDF_PAGE_OBJECTS:
+        return count, 0
+    forms = [(obj, 1) for i in range(count) if get_type(obj := raw.FPDFPage_GetObject(page, i)) == form_type]
+    deepest = 0
+    while forms:
+        form, level = forms.pop()  # depth first: the deepest nesting shows before the count runs out
+        deepest = max(deepest, level)
+        n = raw.FPDFFormObj_CountObjects(form)
+        count += max(n, 0)
+        if count > MAX_PDF_PAGE_OBJECTS:
+            break
+        for i in range(n):
+            obj = raw.FPDFFormObj_GetObject(form, i)
+            if get_type(obj) == form_type:
+                forms.append((obj, level + 1))
+    return count, deepest
+
+
+def _load_pdf_pages(pdf: pdfium.PdfDocument, numbers: list[int]) -> list[pdfium.PdfPage]:
+    """Every selected page loaded and its drawing work bounded, before any page renders (pages left open
+    on an error are closed with the document)."""
+    pages = []
+    for number in numbers:
+        try:
+            page = pdf[number - 1]  # the page count may lie (a broken page tree)
+        except pdfium.PdfiumError as err:
+            raise invalid_image(f"cannot load PDF page {number}: {err}") from None
+        pages.append(page)
+        count, deepest = _count_pdf_page_objects(page)
+        if count > MAX_PDF_PAGE_OBJECTS:
+            nesting = f" (form XObjects nested {deepest} deep)" if deepest else ""
+            bound = f"{MAX_PDF_PAGE_OBJECTS:,}".replace(",", " ")
+            raise invalid_image(
+                f"PDF page {number} draws more than {bound} objects{nesting}: a page draws at most {bound}"
+            )
+    return pages
+
+
 def _pdf_pages(data: bytes, selection: list[int] | None, limits: Limits) -> list[PageImage]:
     out = []
     with _PDFIUM_LOCK:
@@ -252,11 +302,8 @@ def _pdf_pages(data: bytes, selection: list[int] | None, limits: Limits) -> list
         try:
             numbers = _select(selection, len(pdf), limits)
             _check_pdf_page_sizes(pdf, numbers)
-            for number in numbers:
-                try:
-                    page = pdf[number - 1]  # the page count may lie (a broken page tree)
-                except pdfium.PdfiumError as err:
-                    raise invalid_image(f"cannot load PDF page {number}: {err}") from None
+            pages = _load_pdf_pages(pdf, numbers)
+            for number, page in zip(numbers, pages, strict=True):
                 try:
                     w_pt, h_pt = page.get_size()
                     # Render at pdf_dpi, but never beyond max_image_side: a poster-sized page must
@@ -267,7 +314,7 @@ def _pdf_pages(data: bytes, selection: list[int] | None, limits: Limits) -> list
                 except pdfium.PdfiumError as err:
                     raise invalid_image(f"cannot render PDF page {number}: {err}") from None
                 finally:
-                    page.close()
+                    page.close()  # the rest close with the document
                 ratio = full / scale
                 out.append(PageImage(number, image, round(image.width * ratio), round(image.height * ratio)))
         finally:

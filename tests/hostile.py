@@ -64,6 +64,20 @@ def pdf_count_lies(count: int) -> bytes:
     )
 
 
+def pdf_form_fills(forms: int, fills: int, extra: int = 0) -> bytes:
+    """A page that draws form X `forms` times, X holding `fills` 1 pt fills, and `extra` fills of its own:
+    PDFium counts forms * (1 + fills) + extra page objects (each invocation holds its own copies). Tiny
+    fills render fast, so a page at MAX_PDF_PAGE_OBJECTS is cheap to serve."""
+    fill = b"0 0 1 1 re f"
+    content = b"\n".join([b"q /X Do Q"] * forms + [fill] * extra)
+    return _one_page(
+        b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents 4 0 R "
+        b"/Resources << /XObject << /X 5 0 R >> >> >>",
+        _stream(b"", content),
+        _stream(b"/Type /XObject /Subtype /Form /BBox [0 0 612 792]", b"\n".join([fill] * fills)),
+    )
+
+
 def pdf_xref_lies() -> bytes:
     """Every xref offset points 7 bytes off and the trailer's /Size is wrong: readers must rebuild."""
     good = text_pdf()

@@ -18,7 +18,8 @@ from .test_malformed import CATALOG, pdf
 
 def nested_xobject_pdf(depth: int, fanout: int = 10) -> bytes:
     """A page that draws form X{depth}, each form drawing the one below it `fanout` times: fanout**depth
-    fills from ~2 KB. Depth 4 renders for tens of seconds in PDFium; one level more multiplies it by ~10."""
+    fills from ~2 KB. Depth 4 (21 111 page objects) renders for tens of seconds in PDFium; depth 5
+    (211 111) is over MAX_PDF_PAGE_OBJECTS and refused before it renders (ocr_app/documents.py)."""
     first_form = 5  # objects 1-4: catalog, page tree, page, page content
     content = b"/X%d Do" % depth
     objects = [

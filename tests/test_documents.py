@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import pypdfium2 as pdfium
 import pytest
 from PIL import Image
 
 from ocr_app.documents import (
     MAX_MULTIPART_PARTS,
+    MAX_PDF_PAGE_OBJECTS,
     Limits,
     classify,
     extract_multipart_file,
@@ -15,6 +17,7 @@ from ocr_app.documents import (
 )
 from ocr_app.results import ApiError
 
+from . import hostile as h
 from .docs import encode, jpeg_with_orientation, multipage_tiff, pdf, png_bomb, render
 
 LIMITS = Limits(max_pixels=50_000_000, max_image_side=1540, max_pages=50, pdf_dpi=200)
@@ -65,6 +68,30 @@ def test_pdf_poster_page_is_rendered_within_max_side():
     [page] = load_pages(data, "application/pdf", None, LIMITS)
     assert max(page.image.size) == 1540
     assert (page.width, page.height) == (40000, 20000)
+
+
+# Through one form drawn 100 times (each invocation its own copies), and flat on the page.
+@pytest.mark.parametrize(("forms", "fills", "extra"), [(100, 999, 0), (0, 0, MAX_PDF_PAGE_OBJECTS)])
+def test_pdf_page_at_the_object_bound_is_served_and_one_more_is_refused(forms, fills, extra):
+    assert forms * (1 + fills) + extra == MAX_PDF_PAGE_OBJECTS == 100_000
+    [page] = load_pages(h.pdf_form_fills(forms, fills, extra), "application/pdf", None, LIMITS)
+    assert page.image.size == (1190, 1540)
+    with pytest.raises(ApiError) as exc:
+        load_pages(h.pdf_form_fills(forms, fills, extra + 1), "application/pdf", None, LIMITS)
+    assert exc.value.code == "invalid_image"
+    assert "PDF page 1 draws more than 100 000 objects" in exc.value.message
+
+
+def test_pdf_nested_forms_are_refused_before_anything_renders(monkeypatch):
+    def render(*args, **kwargs):
+        raise AssertionError("rendered")
+
+    monkeypatch.setattr(pdfium.PdfPage, "render", render)
+    # 6 forms nested, each drawing the next 10 times: 211 111 objects from 3 KB (10^5 page-sized fills).
+    with pytest.raises(ApiError) as exc:
+        load_pages(h.nested_xobject_pdf(5), "application/pdf", None, LIMITS)
+    assert exc.value.code == "invalid_image"
+    assert "more than 100 000 objects (form XObjects nested 6 deep)" in exc.value.message
 
 
 def test_tiff_frames_are_pages_each_its_own():

@@ -47,11 +47,20 @@ def doc(body_fn: Callable[[], bytes], ctype: str) -> Callable[[], tuple[bytes, s
 
 
 CORPUS = {
-    # Form XObjects nested `depth` deep, each drawing the next 10 times: 10^depth fills.
+    # Form XObjects nested `depth` deep, each drawing the next 10 times: 10^depth fills. Over 100 000 objects
+    # (MAX_PDF_PAGE_OBJECTS) a page is refused once loaded, before it renders: depth 5 loads in ~1 s (232 MB).
+    # PDFium parses every invocation at load, so depth 6 needs ~1.9 GB to load: the memory limit stops it.
     "pdf_nested_depth1": Hostile(doc(lambda: h.nested_xobject_pdf(1), PDF), 200, pages=[1]),
     "pdf_nested_depth2": Hostile(doc(lambda: h.nested_xobject_pdf(2), PDF), 200, pages=[1]),
     "pdf_nested_depth5": Hostile(
-        doc(lambda: h.nested_xobject_pdf(5), PDF), 504, "timeout", expensive=True, killed="deadline"
+        doc(lambda: h.nested_xobject_pdf(5), PDF), 400, "invalid_image", "draws more than 100 000 objects"
+    ),
+    "pdf_nested_depth6": Hostile(
+        doc(lambda: h.nested_xobject_pdf(6), PDF),
+        413,
+        "decode_memory_limit",
+        "decode_memory_mb",
+        killed="memory_limit",
     ),
     # 200 x 200 in is the largest page ISO 32000 allows: served, rendered at max_image_side, sized at pdf_dpi.
     "pdf_200in_page": Hostile(doc(h.pdf_huge_page, PDF), 200, pages=[1], size=(40000, 40000)),
