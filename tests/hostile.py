@@ -3,15 +3,80 @@ PDF objects by hand, zlib for Flate bombs, struct for TIFF IFDs and PNG chunks. 
 
 from __future__ import annotations
 
+import io
 import struct
 import zlib
 
+from PIL import Image
+
 from .docs import encode, png_bomb, render  # noqa: F401  (png_bomb: re-exported for the corpus)
-from .test_decode_pool import nested_xobject_pdf  # noqa: F401
-from .test_malformed import CATALOG, pdf, tiff, tiff_1px_frames  # noqa: F401
 
 MiB = 1024 * 1024
 INCH = 72  # PDF points
+
+
+def tiff(frames: int, side: int = 8) -> bytes:
+    buf = io.BytesIO()
+    ims = [Image.new("L", (side, side), 255) for _ in range(frames)]
+    ims[0].save(buf, "TIFF", save_all=True, append_images=ims[1:])
+    return buf.getvalue()
+
+
+def tiff_1px_frames(frames: int) -> bytes:
+    """A little-endian TIFF of `frames` 1x1 grey frames sharing one pixel, written directly (Pillow's writer
+    takes minutes for 20 000 frames)."""
+    pixel, first = 8, 10
+    ifd_size = 2 + 8 * 12 + 4
+    out = bytearray(b"II*\x00" + struct.pack("<I", first) + b"\xff\x00")
+    for i in range(frames):
+        tags = [(256, 3, 1), (257, 3, 1), (258, 3, 8), (259, 3, 1), (262, 3, 1), (273, 4, pixel),
+                (278, 3, 1), (279, 4, 1)]  # fmt: skip
+        nxt = first + (i + 1) * ifd_size if i + 1 < frames else 0
+        out += struct.pack("<H", len(tags))
+        out += b"".join(struct.pack("<HHII", tag, typ, 1, val) for tag, typ, val in tags)
+        out += struct.pack("<I", nxt)
+    return bytes(out)
+
+
+def pdf(*objects: bytes) -> bytes:
+    """A PDF whose objects are numbered from 1 (1 is the catalog), with a correct xref table."""
+    out, offsets = b"%PDF-1.4\n", []
+    for i, body in enumerate(objects, 1):
+        offsets.append(len(out))
+        out += b"%d 0 obj\n%s\nendobj\n" % (i, body)
+    xref = len(out)
+    out += b"xref\n0 %d\n0000000000 65535 f \n" % (len(objects) + 1)
+    out += b"".join(b"%010d 00000 n \n" % o for o in offsets)
+    return out + b"trailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n" % (len(objects) + 1, xref)
+
+
+CATALOG = b"<< /Type /Catalog /Pages 2 0 R >>"
+
+
+def nested_xobject_pdf(depth: int, fanout: int = 10) -> bytes:
+    """A page that draws form X{depth}, each form drawing the one below it `fanout` times: fanout**depth
+    fills from ~2 KB. Depth 4 (21 111 page objects) renders for tens of seconds in PDFium; depth 5
+    (211 111) is over MAX_PDF_PAGE_OBJECTS and refused before it renders (ocr_app/documents.py)."""
+    first_form = 5  # objects 1-4: catalog, page tree, page, page content
+    content = b"/X%d Do" % depth
+    objects = [
+        CATALOG,
+        b"<< /Type /Pages /Kids [3 0 R] /Count 1 >>",
+        b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents 4 0 R "
+        b"/Resources << /XObject << /X%d %d 0 R >> >> >>" % (depth, first_form + depth),
+        b"<< /Length %d >>\nstream\n%s\nendstream" % (len(content), content),
+    ]
+    for level in range(depth + 1):
+        if level == 0:
+            body, resources = b"0 0 1 rg 10 10 500 700 re f", b""
+        else:
+            body = b" ".join(b"q 1 0 0 1 0.1 0.1 cm /X%d Do Q" % (level - 1) for _ in range(fanout))
+            resources = b"/Resources << /XObject << /X%d %d 0 R >> >>" % (level - 1, first_form + level - 1)
+        objects.append(
+            b"<< /Type /XObject /Subtype /Form /BBox [0 0 612 792] %s /Length %d >>\nstream\n%s\nendstream"
+            % (resources, len(body), body)
+        )
+    return pdf(*objects)
 
 
 def flate_zeros(mib: int) -> bytes:

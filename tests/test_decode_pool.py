@@ -11,35 +11,9 @@ import httpx
 import pytest
 
 from .docs import encode, png_bomb, render
+from .hostile import nested_xobject_pdf
 from .server import Server
 from .test_errors import assert_error
-from .test_malformed import CATALOG, pdf
-
-
-def nested_xobject_pdf(depth: int, fanout: int = 10) -> bytes:
-    """A page that draws form X{depth}, each form drawing the one below it `fanout` times: fanout**depth
-    fills from ~2 KB. Depth 4 (21 111 page objects) renders for tens of seconds in PDFium; depth 5
-    (211 111) is over MAX_PDF_PAGE_OBJECTS and refused before it renders (ocr_app/documents.py)."""
-    first_form = 5  # objects 1-4: catalog, page tree, page, page content
-    content = b"/X%d Do" % depth
-    objects = [
-        CATALOG,
-        b"<< /Type /Pages /Kids [3 0 R] /Count 1 >>",
-        b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents 4 0 R "
-        b"/Resources << /XObject << /X%d %d 0 R >> >> >>" % (depth, first_form + depth),
-        b"<< /Length %d >>\nstream\n%s\nendstream" % (len(content), content),
-    ]
-    for level in range(depth + 1):
-        if level == 0:
-            body, resources = b"0 0 1 rg 10 10 500 700 re f", b""
-        else:
-            body = b" ".join(b"q 1 0 0 1 0.1 0.1 cm /X%d Do Q" % (level - 1) for _ in range(fanout))
-            resources = b"/Resources << /XObject << /X%d %d 0 R >> >>" % (level - 1, first_form + level - 1)
-        objects.append(
-            b"<< /Type /XObject /Subtype /Form /BBox [0 0 612 792] %s /Length %d >>\nstream\n%s\nendstream"
-            % (resources, len(body), body)
-        )
-    return pdf(*objects)
 
 
 @pytest.fixture(scope="module")

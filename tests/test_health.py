@@ -15,8 +15,8 @@ import httpx
 import pytest
 
 from .docs import encode, pdf, render
+from .hostile import nested_xobject_pdf
 from .server import Server
-from .test_decode_pool import nested_xobject_pdf
 from .test_errors import assert_error
 
 HERE = Path(__file__).parent
