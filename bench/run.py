@@ -10,6 +10,7 @@ unless something crashed.
     3. /healthz p50/p99 while 16 large documents are in flight
     4. decode + resize of a 12 MP JPEG through the decode pool (draft mode, pages copied back) vs full decode
     +  PNG-bomb refusal latency and server RSS growth
+    6. /healthz p50/p99 under attack: 20 MB multipart bodies of tiny parts and nested-XObject PDFs, repeatedly
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ import tempfile
 import threading
 import time
 import traceback
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -55,15 +56,30 @@ GOAL_VS_DIRECT = 0.97
 GOAL_VS_PEER = 1.3
 GOAL_HEALTHZ_P99_MS = 50.0
 GOAL_DECODE_MS = 40.0
+# Measurement 6: client A's upload pace (100 Mbit/s, a fast office link) and the nested PDF's first depth.
+ATTACK_UPLOAD_BYTES_PER_S = 100e6 / 8
+ATTACK_CHUNK = 64 * 1024
+ATTACK_PDF_DEPTH = 5
 
 pc = time.perf_counter
 
 
-def docs_module():
-    """tests/docs.py: the renderer the contract tests use (repo root on sys.path, whatever the cwd)."""
+def tests_module(name: str):
+    """tests/<name>.py, imported with the repo root on sys.path, whatever the cwd."""
     if str(ROOT) not in sys.path:
         sys.path.insert(0, str(ROOT))
-    return importlib.import_module("tests.docs")
+    return importlib.import_module(f"tests.{name}")
+
+
+def docs_module():
+    """tests/docs.py: the renderer the contract tests use."""
+    return tests_module("docs")
+
+
+def hostile_module():
+    """tests/hostile.py: issue #9's hostile documents (`multipart_parts`, `nested_xobject_pdf`); it imports
+    pytest through tests/test_decode_pool.py (the dev extra)."""
+    return tests_module("hostile")
 
 
 # --------------------------------------------------------------------------------------------- documents
@@ -426,6 +442,7 @@ class Config:
     concurrencies: tuple[int, ...]
     only: set[str]
     overrides: dict
+    attack_window_s: float = 30.0
 
 
 def bench_decode(photo: bytes, settings: Settings, reps: int) -> dict:
@@ -579,52 +596,236 @@ def bench_bomb(svc: OurService, bomb: bytes, reps: int) -> dict:
     }
 
 
-def bench_healthz(svc: OurService, big: list[Doc], interval: float = 0.01) -> dict:
-    """Measurement 3: sample /healthz one after another while every big document is in flight."""
-    samples: list[float] = []
-    seen = {"max_inflight": 0, "max_queued": 0, "max_in_service": 0, "non_200": 0}
-    stop = threading.Event()
+class HealthzSampler:
+    """/healthz requested one after another (`interval` apart, one keep-alive connection) in a thread, from
+    the first answer that shows work in service (inflight + queued > 0) until stop(): measurements 3 and 6."""
 
-    def sampler() -> None:
+    def __init__(self, svc: OurService, interval: float = 0.01):
+        self.svc = svc
+        self.interval = interval
+        self.samples: list[float] = []
+        self.statuses: dict[str, int] = {}
+        self.seen = {"max_inflight": 0, "max_queued": 0, "max_in_service": 0, "non_200": 0}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="healthz-sampler", daemon=True)
+
+    def __enter__(self) -> HealthzSampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(60)
+
+    def _run(self) -> None:
+        seen = self.seen
         try:
             started = False
-            with httpx.Client(base_url=svc.process.url, timeout=30) as client:
+            with httpx.Client(base_url=self.svc.process.url, timeout=30) as client:
                 client.get("/healthz")  # connect outside the measured window
-                while not stop.is_set():
-                    if svc.process.proc.poll() is not None:
+                while not self._stop.is_set():
+                    if self.svc.process.proc.poll() is not None:
                         return
                     t = pc()
                     r = client.get("/healthz")
                     dt = pc() - t
                     body = r.json()
                     total = body.get("inflight", 0) + body.get("queued", 0)
-                    started = started or total > 0  # the window opens with the first document in service
+                    started = started or total > 0  # the window opens with the first request in service
                     if started:
-                        samples.append(dt)
+                        self.samples.append(dt)
+                        code = str(r.status_code)
+                        self.statuses[code] = self.statuses.get(code, 0) + 1
                         seen["non_200"] += r.status_code != 200
                         seen["max_inflight"] = max(seen["max_inflight"], body.get("inflight", 0))
                         seen["max_queued"] = max(seen["max_queued"], body.get("queued", 0))
                         seen["max_in_service"] = max(seen["max_in_service"], total)
-                    time.sleep(interval)
+                    time.sleep(self.interval)
         except httpx.TransportError:
-            return  # the server went away: the load pass reports it
+            return  # the server went away: the load reports it
 
-    thread = threading.Thread(target=sampler, name="healthz-sampler", daemon=True)
-    thread.start()
-    try:
+    def summary(self) -> dict:
+        s = self.samples
+        return {
+            "p50_ms": (median(s) or 0) * 1000,
+            "p99_ms": (percentile(s, 99) or 0) * 1000,
+            "max_ms": max(s, default=0) * 1000,
+            "n": len(s),
+            "healthz_statuses": dict(self.statuses),
+            **self.seen,
+        }
+
+
+def bench_healthz(svc: OurService, big: list[Doc], interval: float = 0.01) -> dict:
+    """Measurement 3: sample /healthz one after another while every big document is in flight."""
+    with HealthzSampler(svc, interval) as sampler:
         load = ours_pass(svc, big, len(big), side="healthz-load")
-    finally:
-        stop.set()
-        thread.join(60)
     return {
-        "p50_ms": (median(samples) or 0) * 1000,
-        "p99_ms": (percentile(samples, 99) or 0) * 1000,
-        "max_ms": max(samples, default=0) * 1000,
-        "n": len(samples),
+        **sampler.summary(),
         "documents_in_flight": len(big),
         "load_seconds": load.seconds,
         "load_errors": load.errors,
-        **seen,
+    }
+
+
+def multipart_just_under(h, limit: int) -> tuple[bytes, str, int]:
+    """tests/hostile.py's multipart body of tiny parts, with as many parts as fit in `limit` bytes (the
+    server answers 413 to a declared length over max_upload_bytes): (body, Content-Type, parts)."""
+    one = len(h.multipart_parts(2)[0]) - len(h.multipart_parts(1)[0])
+    closing = len(h.multipart_parts(1)[0]) - one
+    parts = (limit - closing) // one
+    body, ctype = h.multipart_parts(parts)
+    assert len(body) <= limit, (len(body), limit)
+    return body, ctype, parts
+
+
+@dataclass
+class Attacker:
+    """One attacking client: what it sent and what came back (status code -> count)."""
+
+    name: str
+    requests: int = 0
+    statuses: dict[str, int] = field(default_factory=dict)
+    latencies: list[float] = field(default_factory=list)
+    timed_out: int = 0  # the client timeout (the measurement's bound) fired
+    abandoned: int = 0  # still running at the bound: cancelled
+    errors: list[str] = field(default_factory=list)
+
+    async def send(self, request: Awaitable[httpx.Response]) -> tuple[int, float] | None:
+        self.requests += 1
+        t = pc()
+        try:
+            r = await request
+        except httpx.TimeoutException:
+            self.timed_out += 1
+            return None
+        except asyncio.CancelledError:
+            self.abandoned += 1
+            raise
+        except httpx.TransportError as err:
+            self.errors.append(f"{type(err).__name__}: {str(err)[:200]}")
+            return None
+        dt = pc() - t
+        self.statuses[str(r.status_code)] = self.statuses.get(str(r.status_code), 0) + 1
+        self.latencies.append(dt)
+        return r.status_code, dt
+
+    def summary(self) -> dict:
+        return {
+            "requests": self.requests,
+            "statuses": dict(sorted(self.statuses.items())),
+            "latency_p50_s": median(self.latencies),
+            "latency_max_s": max(self.latencies, default=None),
+            "timed_out": self.timed_out,
+            "abandoned": self.abandoned,
+            "errors": self.errors,
+        }
+
+
+def bench_attack(svc: OurService, h, window_s: float, interval: float = 0.01) -> dict:
+    """Measurement 6: /healthz sampled (as in 3) for `window_s` while client A uploads a multipart body of
+    tiny parts just under max_upload_bytes at ATTACK_UPLOAD_BYTES_PER_S, again and again, and client B sends
+    the nested-XObject PDF again and again (each keeps a decode worker busy up to decode_cpu_s).
+
+    Bounded: at the window's end no new request starts; one still running gets until its client timeout
+    (3 x decode_cpu_s + 30 s, under request_timeout_s), then is cancelled. The server does not stop a
+    request's work when its client goes away (the decode runs on to decode_cpu_s), so the measurement
+    then waits, also bounded, until the service reports nothing in flight: what follows starts clean."""
+    s = svc.settings
+    body, ctype, parts = multipart_just_under(h, s.max_upload_bytes)
+    client_timeout_s = min(s.request_timeout_s, 3 * s.decode_cpu_s + 30)
+    auth = {"Authorization": f"Bearer {svc.key}"}
+    a = Attacker("multipart")
+    b = Attacker("nested_pdf")
+    b_depths: dict[str, dict[str, int]] = {}  # depth -> status -> count
+    pdfs: dict[int, bytes] = {}
+    depth = ATTACK_PDF_DEPTH
+
+    async def paced_body() -> AsyncIterator[bytes]:
+        t0 = pc()
+        for sent in range(0, len(body), ATTACK_CHUNK):
+            yield body[sent : sent + ATTACK_CHUNK]
+            ahead = (sent + ATTACK_CHUNK) / ATTACK_UPLOAD_BYTES_PER_S - (pc() - t0)
+            if ahead > 0:
+                await asyncio.sleep(ahead)
+
+    async def client_a(client: httpx.AsyncClient, end: float) -> None:
+        headers = {**auth, "Content-Type": ctype, "Content-Length": str(len(body))}  # as a browser sends it
+        while pc() < end:
+            await a.send(client.post("/v1/ocr", content=paced_body(), headers=headers))
+
+    async def client_b(client: httpx.AsyncClient, end: float) -> None:
+        nonlocal depth
+        headers = {**auth, "Content-Type": "application/pdf"}
+        while pc() < end:
+            pdf = pdfs.setdefault(depth, h.nested_xobject_pdf(depth))
+            out = await b.send(client.post("/v1/ocr", content=pdf, headers=headers))
+            if out:
+                per = b_depths.setdefault(str(depth), {})
+                per[str(out[0])] = per.get(str(out[0]), 0) + 1
+                if out[0] == 400 and out[1] < 2 and depth > 1:
+                    depth -= 1  # refused early: the attack is the deepest depth served or refused late
+
+    def in_service(client: httpx.Client) -> int:
+        health = client.get("/healthz").json()
+        return health.get("inflight", 0) + health.get("queued", 0)
+
+    async def attack(sampler: HealthzSampler) -> dict:
+        limits = httpx.Limits(max_connections=1)
+        async with (
+            httpx.AsyncClient(base_url=svc.process.url, timeout=client_timeout_s, limits=limits) as ca,
+            httpx.AsyncClient(base_url=svc.process.url, timeout=client_timeout_s, limits=limits) as cb,
+        ):
+            t0 = pc()
+            end = t0 + window_s
+            tasks = [asyncio.create_task(client_a(ca, end)), asyncio.create_task(client_b(cb, end))]
+            await asyncio.sleep(window_s)
+            await asyncio.to_thread(sampler.stop)
+            _, pending = await asyncio.wait(tasks, timeout=client_timeout_s + 5)
+            for task in pending:
+                task.cancel()
+            outcomes = await asyncio.gather(*tasks, return_exceptions=True)
+            for who, out in zip((a, b), outcomes, strict=True):
+                if isinstance(out, Exception):  # not a cancellation (a BaseException): a bench bug, shown
+                    who.errors.append(f"{type(out).__name__}: {str(out)[:200]}")
+            return {"window_s": window_s, "tail_s": pc() - end}
+
+    with HealthzSampler(svc, interval) as sampler:
+        timing = asyncio.run(attack(sampler))
+    # The service's own end of the attack: nothing in flight any more (bounded).
+    t = pc()
+    drained = False
+    with httpx.Client(base_url=svc.process.url, timeout=30) as client:
+        while pc() - t < client_timeout_s and svc.process.proc.poll() is None:
+            if in_service(client) == 0:
+                drained = True
+                break
+            time.sleep(0.2)
+    svc.process.check_alive()
+    return {
+        **sampler.summary(),
+        **timing,
+        "drain_s": pc() - t,
+        "drained": drained,
+        "client_timeout_s": client_timeout_s,
+        "multipart": {
+            **a.summary(),
+            "bytes": len(body),
+            "parts": parts,
+            "max_upload_bytes": s.max_upload_bytes,
+            "upload_mbit_s": ATTACK_UPLOAD_BYTES_PER_S * 8 / 1e6,
+        },
+        "nested_pdf": {
+            **b.summary(),
+            "depths": b_depths,
+            "depth": depth,  # the last one sent: the deepest not refused early
+            "bytes": {str(d): len(p) for d, p in pdfs.items()},
+            "decode_cpu_s": s.decode_cpu_s,
+        },
     }
 
 
@@ -691,6 +892,7 @@ def build_rows(res: dict) -> list[tuple[str, str, str, str, str, str, str]]:
                 f"max {h['max_ms']:.1f} ms, peak {h['max_in_service']} in service",
             )
         )
+    rows += attack_rows(res.get("attack"))
     dec = res.get("decode")
     if dec:
         rows.append(
@@ -730,6 +932,51 @@ def build_rows(res: dict) -> list[tuple[str, str, str, str, str, str, str]]:
             )
         )
     return rows
+
+
+def _statuses(statuses: dict[str, int]) -> str:
+    return ", ".join(f"{n}x {code}" for code, n in statuses.items()) or "none answered"
+
+
+def attack_rows(at: dict | None) -> list[tuple[str, str, str, str, str, str, str]]:
+    """Measurement 6's rows: /healthz p50 and p99 under attack, then what the attack was and got."""
+    if not at:
+        return []
+    mp, pdf = at["multipart"], at["nested_pdf"]
+    depths = "/".join(sorted(pdf["depths"], reverse=True)) or str(pdf["depth"])
+    by_depth = len(pdf["depths"]) > 1  # a depth refused early, then a shallower one: each one's statuses
+    what = f"{mp['bytes'] / 2**20:.0f} MiB multipart of {mp['parts']} parts + nested PDF depth {depths}"
+
+    def attacker(a: dict, label: str) -> str:
+        more = [f"{a[k]} {k.replace('_', ' ')}" for k in ("timed_out", "abandoned") if a[k]]
+        took = f"p50 {fmt(a['latency_p50_s'], '.1f')} s"
+        return f"{label} {_statuses(a['statuses'])} ({', '.join([took, *more])})"
+
+    return [
+        (f"6 /healthz p50 under attack ({what})  ms", fmt(at["p50_ms"], ".1f"), *[""] * 4, f"n={at['n']}"),
+        (
+            "6 /healthz p99 under attack  ms",
+            fmt(at["p99_ms"], ".1f"),
+            "",
+            "",
+            f"< {GOAL_HEALTHZ_P99_MS:g}",
+            verdict(at["p99_ms"] < GOAL_HEALTHZ_P99_MS if at["n"] else None),
+            f"max {at['max_ms']:.1f} ms, /healthz {_statuses(at['healthz_statuses'])}",
+        ),
+        (
+            f"6 attack requests started in {at['window_s']:g} s (HTTP status)",
+            "",
+            "",
+            "",
+            "",
+            "",
+            attacker(mp, f"A multipart at {mp['upload_mbit_s']:g} Mbit/s:")
+            + "; "
+            + attacker(pdf, "B nested PDF:")
+            + "".join(f"; depth {d}: {_statuses(st)}" for d, st in pdf["depths"].items() if by_depth)
+            + f"; drained {fmt(at['drain_s'], '.1f')} s after",
+        ),
+    ]
 
 
 def print_report(res: dict) -> None:
@@ -776,8 +1023,8 @@ def parse_args(argv: list[str] | None) -> tuple[Config, bool]:
     p.add_argument("--rounds", type=int, help="passes per side and concurrency (default 2, quick 1)")
     p.add_argument(
         "--only",
-        default="direct,peer,healthz,decode,bomb",
-        help="comma-separated subset of: direct,peer,healthz,decode,bomb",
+        default="direct,peer,healthz,decode,bomb,attack",
+        help="comma-separated subset of: direct,peer,healthz,decode,bomb,attack",
     )
     p.add_argument("--concurrency", default="1,4", help="client concurrencies for 1 and 2 (default 1,4)")
     p.add_argument(
@@ -801,6 +1048,7 @@ def parse_args(argv: list[str] | None) -> tuple[Config, bool]:
         concurrencies=tuple(int(c) for c in a.concurrency.split(",")),
         only={s.strip() for s in a.only.split(",")},
         overrides=overrides,
+        attack_window_s=20.0 if a.quick else 30.0,
     )
     return cfg, a.quick
 
@@ -892,7 +1140,7 @@ def run(cfg: Config, quick: bool, workdir: Path) -> dict:
         guarded("rapidocr-api", phase2)
 
     # Our service again: its second block for 2, then the bomb and the healthz load.
-    if cfg.only & {"peer", "healthz", "bomb"}:
+    if cfg.only & {"peer", "healthz", "bomb", "attack"}:
 
         def phase3() -> None:
             servers: list[OurService] = []
@@ -919,8 +1167,14 @@ def run(cfg: Config, quick: bool, workdir: Path) -> dict:
                 log(f"measurement 3: /healthz with {len(big_docs)} big documents in flight")
                 res["healthz"] = bench_healthz(service(), big_docs)
 
+            def attack() -> None:
+                log(f"measurement 6: /healthz under attack for {cfg.attack_window_s:g} s")
+                res["attack"] = bench_attack(service(), hostile_module(), cfg.attack_window_s)
+
+            # The attack last: a nested PDF it leaves running is waited for, but nothing else should share it.
+            steps = (("peer", peer_block), ("bomb", bomb), ("healthz", healthz), ("attack", attack))
             try:
-                for name, fn in (("peer", peer_block), ("bomb", bomb), ("healthz", healthz)):
+                for name, fn in steps:
                     if name in cfg.only:
                         guarded(f"service (second run): {name}", fn)
             finally:
@@ -948,6 +1202,9 @@ def run(cfg: Config, quick: bool, workdir: Path) -> dict:
                     )
     if res.get("healthz", {}).get("load_errors"):
         res["errors"].append(f"healthz load: {res['healthz']['load_errors'][0]}")
+    for who in ("multipart", "nested_pdf"):
+        if res.get("attack", {}).get(who, {}).get("errors"):
+            res["errors"].append(f"attack {who}: {res['attack'][who]['errors'][0]}")
     res["machine"]["loadavg_end"] = [round(x, 2) for x in os.getloadavg()]
     res["wall_s"] = round(pc() - t_start, 1)
     return res
