@@ -77,8 +77,7 @@ def docs_module():
 
 
 def hostile_module():
-    """tests/hostile.py: issue #9's hostile documents (`multipart_parts`, `nested_xobject_pdf`); it imports
-    pytest through tests/test_decode_pool.py (the dev extra)."""
+    """tests/hostile.py: issue #9's hostile documents (`multipart_parts`, `nested_xobject_pdf`)."""
     return tests_module("hostile")
 
 
