@@ -19,6 +19,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import ClientDisconnect
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from . import __version__, systemd, web
@@ -28,7 +29,7 @@ from .documents import MULTIPART_TYPE, SUPPORTED_TYPES, normalise_media_type, pa
 from .engines import Engine, create_engine
 from .logs import request_id_var
 from .metrics import Metrics
-from .pipeline import Job, Pipeline, Trace
+from .pipeline import CLIENT_GONE, Job, Pipeline, Trace
 from .results import (
     ERROR_RESPONSES,
     ApiError,
@@ -36,6 +37,7 @@ from .results import (
     ErrorDetail,
     Health,
     OcrResponse,
+    client_gone,
     invalid_parameter,
     not_ready,
     too_large,
@@ -239,11 +241,22 @@ def _check_declared_length(request: Request, limit: int) -> None:
 
 async def _read_body(request: Request, limit: int) -> bytes:
     buf = bytearray()
-    async for chunk in request.stream():
-        buf += chunk
-        if len(buf) > limit:  # chunked uploads: stop reading at the limit
-            raise too_large("payload_too_large", f"body exceeds {limit} bytes")
+    try:
+        async for chunk in request.stream():
+            buf += chunk
+            if len(buf) > limit:  # chunked uploads: stop reading at the limit
+                raise too_large("payload_too_large", f"body exceeds {limit} bytes")
+    except ClientDisconnect:  # an upload abandoned half way is the client's doing, not a 500
+        raise client_gone() from None
     return bytes(buf)
+
+
+async def _cancel_when_client_leaves(request: Request, work: asyncio.Task) -> None:
+    """Once the body is read, the server's next ASGI message is http.disconnect, sent when the client closes
+    the connection (or when the response is complete: this watcher is stopped before that)."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+    work.cancel(CLIENT_GONE)
 
 
 _OCR_BODY = {
@@ -351,11 +364,27 @@ def create_app(
         _check_declared_length(request, s.max_upload_bytes)  # refused before a byte of it is read
 
         trace = Trace()
+        work = asyncio.current_task()
+        assert work is not None
+        watcher: asyncio.Task | None = None
+
+        async def read_body() -> bytes:
+            nonlocal watcher
+            body = await _read_body(request, s.max_upload_bytes)
+            # A client that leaves stops its work (the decode worker is killed, the engine's pages dropped).
+            watcher = asyncio.create_task(_cancel_when_client_leaves(request, work))
+            return body
+
         try:
-            return await state.pipeline.run(
-                lambda: _read_body(request, s.max_upload_bytes), job, request.state.request_id, trace
-            )
+            return await state.pipeline.run(read_body, job, request.state.request_id, trace)
+        except asyncio.CancelledError:
+            if watcher is None or not watcher.done() or watcher.cancelled():
+                raise  # not the client's leaving (the server is stopping)
+            work.uncancel()
+            raise client_gone() from None
         finally:
+            if watcher is not None:
+                watcher.cancel()
             request.state.bytes, request.state.pages = trace.bytes, trace.pages
 
     @app.get("/healthz", response_model=Health, responses={503: {"model": Health}})

@@ -124,6 +124,10 @@ def _probe() -> int:
     return os.getpid()
 
 
+def _killed_by_backstop(future: Future) -> bool:
+    return future.done() and not future.cancelled() and isinstance(future.exception(), TimeoutError)
+
+
 def memory_limit() -> ApiError:
     return too_large(
         "decode_memory_limit",
@@ -191,9 +195,11 @@ class DecodePool:
         )
         try:
             pages = await asyncio.wrap_future(future)
-        except asyncio.CancelledError:  # the request's deadline
-            if future.cancel():  # pebble kills the worker running it and starts another
-                self.on_killed("deadline")
+        except asyncio.CancelledError as err:  # the request's deadline, or its client left (the reason)
+            # pebble kills the worker running it and starts another; or its backstop, timed from the same
+            # deadline, has just done so.
+            if future.cancel() or _killed_by_backstop(future):
+                self.on_killed(str(err.args[0]) if err.args else "deadline")  # asyncio.timeout gives none
             raise
         except TimeoutError:  # pebble's backstop fired first; the caller answers 504
             self.on_killed("deadline")

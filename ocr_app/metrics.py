@@ -43,7 +43,8 @@ class Metrics:
             self.rejected.labels(err.code)
         self.decode_killed = Counter(
             "ocr_decode_workers_killed",
-            "Decode workers stopped (and replaced), by reason: deadline, cpu_limit, memory_limit, crashed",
+            "Decode workers stopped (and replaced), by reason: "
+            "deadline, client_gone, cpu_limit, memory_limit, crashed",
             ["reason"],
             registry=r,
         )

@@ -21,6 +21,9 @@ from .health import HealthMonitor
 from .metrics import Metrics
 from .results import Line, OcrResponse, Page, Timings, not_ready, timeout
 
+# The cancel message when a request's client has gone: the label its killed decode worker is counted under.
+CLIENT_GONE = "client_gone"
+
 
 @dataclass(frozen=True)
 class Job:

@@ -122,6 +122,11 @@ def not_ready(status: str) -> ApiError:
     return ApiError(503, "not_ready", f"engine is not ready ({status})", {"Retry-After": "5"})
 
 
+def client_gone() -> ApiError:
+    # nginx's code for it: nobody reads this answer; the access log and ocr_requests_total do.
+    return ApiError(499, "client_closed_request", "the client closed the connection; its work was stopped")
+
+
 def timeout(seconds: float) -> ApiError:
     return ApiError(504, "timeout", f"request did not finish within {seconds:g} s and was cancelled")
 

@@ -4,6 +4,7 @@ right after) are served. Every document is generated here (nothing binary is com
 
 from __future__ import annotations
 
+import socket
 import threading
 import time
 
@@ -94,3 +95,37 @@ def test_multipart_is_parsed_in_the_worker(bounded, clean):
     bad = httpx.Request("POST", "http://x", files={"other": ("x", b"x")})
     body, ctype = bad.read(), bad.headers["content-type"]
     assert_error(bounded.ocr(body, ctype), 422, "invalid_parameter")
+
+
+def _post_and_leave(srv: Server, body: bytes, send: int, until) -> None:
+    """POST /v1/ocr on a raw socket, send `send` bytes of the body, wait for until() (polled), then close."""
+    head = (
+        f"POST /v1/ocr HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {srv.key}\r\n"
+        f"Content-Type: application/pdf\r\nContent-Length: {len(body)}\r\n\r\n"
+    ).encode()
+    with socket.create_connection(("127.0.0.1", srv.port), timeout=30) as sock:
+        sock.sendall(head + body[:send])
+        until()
+
+
+def test_a_client_that_leaves_stops_its_work_and_is_counted_499_not_500(tmp_path, clean):
+    # One slot and one worker: whatever a departed client left running would hold up the clean page.
+    srv = Server(tmp_path, request_timeout_s=120, max_concurrency=1, preprocess_workers=1).start()
+    try:
+        requests = 'ocr_requests_total{code="%s"}'
+        # Gone mid-upload: the body never completes.
+        pdf = nested_xobject_pdf(4)  # under the object bound: PDFium renders it for tens of seconds
+        _post_and_leave(srv, pdf, len(pdf) // 2, lambda: srv.wait_until(lambda h: h["inflight"] == 1))
+        srv.wait_until(lambda h: h["inflight"] == 0, timeout=10)
+        # Gone while its document renders: the worker is killed at once, not at the deadline or the CPU limit.
+        _post_and_leave(srv, pdf, len(pdf), lambda: srv.wait_until(lambda h: h["inflight"] == 1))
+        srv.wait_until(lambda h: h["inflight"] == 0, timeout=10)
+        m = srv.metrics()
+        assert m.get(requests % "499") == 2, m
+        assert m.get(requests % "500") is None, srv.logs()[-3000:]
+        assert killed(srv, "client_gone") == 1
+        assert killed(srv, "deadline") == 0
+        assert_served(srv, clean)
+        assert "unhandled error" not in srv.logs()
+    finally:
+        assert srv.stop() == 0
