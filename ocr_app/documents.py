@@ -234,13 +234,17 @@ MAX_PDF_PAGE_PT = 14_400.0
 MAX_PDF_PAGE_OBJECTS = 100_000
 
 
+def _unloadable_page(number: int, err: Exception) -> ApiError:
+    return invalid_image(f"cannot load PDF page {number}: {err}")
+
+
 def _check_pdf_page_sizes(pdf: pdfium.PdfDocument, numbers: list[int]) -> None:
     """Every selected page's size, from the page tree (no page loaded, nothing rendered), before any work."""
     for number in numbers:
         try:
             w_pt, h_pt = pdf.get_page_size(number - 1)
         except pdfium.PdfiumError as err:
-            raise invalid_image(f"cannot load PDF page {number}: {err}") from None
+            raise _unloadable_page(number, err) from None
         if not (0 < w_pt <= MAX_PDF_PAGE_PT and 0 < h_pt <= MAX_PDF_PAGE_PT):
             raise invalid_image(
                 f"PDF page {number} is {w_pt:g} x {h_pt:g} pt: a page is at most 14 400 pt (200 in) a side"
@@ -280,7 +284,7 @@ def _load_pdf_pages(pdf: pdfium.PdfDocument, numbers: list[int]) -> list[pdfium.
         try:
             page = pdf[number - 1]  # the page count may lie (a broken page tree)
         except pdfium.PdfiumError as err:
-            raise invalid_image(f"cannot load PDF page {number}: {err}") from None
+            raise _unloadable_page(number, err) from None
         pages.append(page)
         count, deepest = _count_pdf_page_objects(page)
         if count > MAX_PDF_PAGE_OBJECTS:
