@@ -73,6 +73,63 @@ def render(
     return Rendered(image, lines, boxes)
 
 
+ARTICLE = {
+    "title": "Harbour council approves the new ferry timetable",
+    "columns": [
+        [
+            "The harbour council voted on Tuesday",
+            "to approve a new ferry timetable that",
+            "adds two early crossings on weekdays",
+            "and a late return on Friday nights.",
+            "Commuters had asked for the change",
+            "since the old service was cut back",
+            "three years ago to save on fuel.",
+            "The first boats will sail in May.",
+        ],
+        [
+            "Local traders welcomed the decision",
+            "but warned that parking near the pier",
+            "is already scarce in the summer months",
+            "and asked the council to open the old",
+            "market car park before the new boats",
+            "begin. The council said it would look",
+            "at the request at its next meeting in",
+            "April, together with the bus links.",
+        ],
+    ],
+}
+
+
+def render_columns(
+    title: str,
+    columns: list[list[str]],
+    size: int = 30,
+    width: int = 1400,
+    margin: int = 60,
+    gutter: int = 60,
+) -> Rendered:
+    """A page with a full-width title above text columns whose lines share baselines (the case a row
+    sort interleaves): `lines` and `boxes` in reading order, the title then each column top to bottom."""
+    font, title_font = font_for("en", size), font_for("en", size * 3 // 2)
+    pitch = size * 3 // 2
+    top = margin + size * 3
+    height = top + max(len(c) for c in columns) * pitch + margin
+    image = Image.new("RGB", (width, height), "white")
+    draw = ImageDraw.Draw(image)
+    lines, boxes = [title], [draw.textbbox((margin, margin), title, font=title_font)]
+    draw.text((margin, margin), title, fill="black", font=title_font)
+    column_width = (width - 2 * margin - gutter * (len(columns) - 1)) // len(columns)
+    for c, column in enumerate(columns):
+        x = margin + c * (column_width + gutter)
+        for k, line in enumerate(column):
+            draw.text((x, top + k * pitch), line, fill="black", font=font)
+            box = draw.textbbox((x, top + k * pitch), line, font=font)
+            assert box[2] <= x + column_width, f"{line!r} is wider than its column"
+            lines.append(line)
+            boxes.append(box)
+    return Rendered(image, lines, boxes)
+
+
 def encode(image: Image.Image, fmt: str, **params) -> bytes:
     buf = io.BytesIO()
     image.save(buf, format=fmt, **params)

@@ -1,0 +1,218 @@
+"""The rapidocr engine's reading order by layout (recursive XY-cut over the line boxes): synthetic boxes with
+the exact order expected, and one rendered two-column page read through the real engine."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+
+import jiwer
+import pytest
+
+from ocr_app.documents import PageImage
+from ocr_app.engines.rapidocr import RapidOcrEngine, reading_order, row_order
+
+from .docs import ARTICLE, render_columns
+
+H = 20  # line height of the synthetic boxes; a 400-wide column holds ~45 characters of it
+
+
+def line(x: float, y: float, w: float, h: float = H) -> tuple[float, float, float, float]:
+    return (x, y, x + w, y + h)
+
+
+def column(x: float, top: float, widths: list[float], pitch: float = 30) -> list[tuple]:
+    return [line(x, top + k * pitch, w) for k, w in enumerate(widths)]
+
+
+def ordered(boxes: list[tuple]) -> list[tuple]:
+    return [boxes[i] for i in reading_order(boxes)]
+
+
+def shuffled(boxes: list[tuple], seed: int = 0) -> list[tuple]:
+    # The detector's own order is no help: the order must come from the geometry alone.
+    out = list(boxes)
+    random.Random(seed).shuffle(out)
+    return out
+
+
+PARAGRAPH = [400, 395, 398, 402, 250, 400, 397, 180]  # justified lines, paragraph ends shorter
+
+
+@pytest.mark.parametrize("offset", [0, 12], ids=["shared-baselines", "offset-baselines"])
+def test_two_columns_left_then_right(offset):
+    left = column(50, 100, PARAGRAPH)
+    right = column(480, 100 + offset, PARAGRAPH[::-1])
+    assert ordered(shuffled(left + right)) == left + right
+
+
+def test_three_columns_under_a_full_width_title():
+    title = [line(50, 30, 900, 36)]
+    cols = [column(50 + c * 320, 100, [290, 288, 285, 290, 140, 289][c:] + [200] * c) for c in range(3)]
+    assert ordered(shuffled(title + cols[0] + cols[1] + cols[2])) == title + cols[0] + cols[1] + cols[2]
+
+
+def test_header_two_columns_of_unequal_length_and_footer():
+    header = [line(50, 20, 830), line(50, 50, 600)]  # a title and a standfirst, both above the columns
+    left = column(50, 100, [*PARAGRAPH, 400, 300])  # two lines longer than the right column
+    right = column(480, 100, PARAGRAPH)
+    footer = [line(50, 420, 830), line(430, 450, 60)]  # a full-width note and a page number
+    boxes = header + left + right + footer
+    assert ordered(shuffled(boxes)) == boxes
+
+
+def test_a_spanning_line_between_two_column_runs_stays_where_it_stands():
+    top_left, top_right = column(50, 20, PARAGRAPH[:4]), column(480, 20, PARAGRAPH[4:])
+    quote = [line(50, 150, 830, 30)]
+    low_left, low_right = column(50, 200, PARAGRAPH[:3]), column(480, 200, PARAGRAPH[3:6])
+    boxes = top_left + top_right + quote + low_left + low_right
+    assert ordered(shuffled(boxes)) == boxes
+
+
+def receipt(items: list[float], price_widths: list[float], right: float) -> list[tuple]:
+    rows = []
+    for k, (w, pw) in enumerate(zip(items, price_widths, strict=True)):
+        rows += [line(20, 40 + k * 26, w), line(right - pw, 40 + k * 26, pw)]  # item, right-aligned price
+    return rows
+
+
+@pytest.mark.parametrize(
+    ("items", "right"),
+    [
+        ([90, 140, 60, 120, 100, 75], 300),  # a till receipt: short items, a wide blank before the prices
+        ([260, 300, 180, 290, 240, 310], 460),  # long descriptions (15 h), a gap of 2 h
+    ],
+    ids=["till", "long-items"],
+)
+def test_a_receipt_reads_item_then_price_row_by_row(items, right):
+    boxes = receipt(items, [50, 60, 50, 70, 60, 90], right)
+    total = [line(20, 40 + 7 * 26, 70), line(right - 80, 40 + 7 * 26, 80)]
+    assert ordered(shuffled(boxes + total)) == boxes + total
+
+
+def test_a_single_column_with_indents_and_a_split_line_is_read_as_rows():
+    boxes = [
+        line(50, 20, 600, 30),  # heading
+        line(50, 70, 700),
+        line(50, 100, 690),
+        line(50, 130, 320),
+        line(80, 160, 670),  # indented first line of a paragraph
+        line(50, 190, 700),
+        line(50, 220, 260),
+        line(300, 222, 380),  # the same line, split by the detector at a wide space
+        line(110, 260, 540),  # an indented quotation
+        line(110, 290, 480),
+        line(50, 330, 25, 18),  # a list bullet
+        line(90, 330, 500),
+    ]
+    assert ordered(shuffled(boxes)) == boxes
+    assert reading_order(boxes) == row_order(boxes, range(len(boxes)))
+
+
+def test_a_single_column_page_is_ordered_exactly_as_rows():
+    rng = random.Random(7)
+    boxes = []
+    y = 0.0
+    for _ in range(300):  # ragged lines, skew, varying sizes, a few split lines
+        h = rng.uniform(14, 26)
+        x = 50 + rng.choice([0, 0, 0, 30, 60])
+        w = rng.uniform(100, 700)
+        boxes.append(line(x, y + rng.uniform(-3, 3), w, h))
+        if rng.random() < 0.1:
+            boxes.append(line(x + w + 15, y + rng.uniform(-3, 3), rng.uniform(40, 200), h))
+        y += h * rng.uniform(1.1, 1.8)
+    boxes = shuffled(boxes, 1)
+    assert reading_order(boxes) == row_order(boxes, range(len(boxes)))
+
+
+def test_a_table_reads_row_by_row():
+    rows = []
+    for r in range(5):
+        y = 30 + r * 28
+        rows += [line(20, y, [140, 90, 160, 120, 100][r])]  # labels
+        rows += [line(x - w, y, w) for x, w in ((300, 50), (380, 60), (460, 45))]  # right-aligned figures
+    assert ordered(shuffled(rows)) == rows
+
+
+def test_a_form_of_long_labels_and_values_reads_row_by_row():
+    # Both sides wide enough to be columns, but they pair up row by row and are ragged: label, value.
+    labels, values = [150, 260, 130, 310, 200, 170], [300, 180, 420, 150, 260, 330]
+    rows = []
+    for k, (lw, vw) in enumerate(zip(labels, values, strict=True)):
+        rows += [line(40, 40 + k * 30, lw), line(400, 40 + k * 30, vw)]
+    assert ordered(shuffled(rows)) == rows
+
+
+def test_a_form_of_short_fields_reads_row_by_row():
+    # Two short cells a row, far apart: not columns (cf. test_ocr_contract.test_two_columns_read_row_by_row).
+    boxes = [line(60, 60, 110, 44), line(760, 60, 170, 44), line(60, 150, 120, 44), line(760, 150, 100, 44)]
+    assert ordered(shuffled(boxes)) == boxes
+
+
+def test_noise_neither_makes_nor_bridges_a_gutter():
+    left, right = column(50, 100, PARAGRAPH), column(480, 100, PARAGRAPH)
+    noise = [
+        line(462, 125, 3, 215),  # a vertical rule down the gutter
+        line(455, 150, 6, 6),  # specks in the gutter
+        line(465, 230, 4, 5),
+        line(300, 93, 5, 4),  # and one between two lines of the left column
+        line(300, 213, 300, 2),  # a streak across the gutter, between two rows
+    ]
+    got = ordered(shuffled(left + right + noise))
+    assert sorted(got) == sorted(left + right + noise)
+    assert [b for b in got if b not in noise] == left + right
+
+
+def test_empty_one_and_two_boxes():
+    assert reading_order([]) == []
+    assert reading_order([line(10, 10, 100)]) == [0]
+    assert reading_order([line(10, 50, 100), line(10, 10, 100)]) == [1, 0]
+    assert reading_order([line(200, 10, 100), line(10, 12, 100)]) == [1, 0]
+
+
+def test_degenerate_boxes_do_not_break_it():
+    boxes = [(0.1, 0.1, 0.1 + 1e-6, 0.1 + 1e-6)] * 3 + [(0.2, 0.2, 0.2, 0.2)]
+    assert sorted(reading_order(boxes)) == [0, 1, 2, 3]
+
+
+def test_two_thousand_lines_take_milliseconds():
+    # Three columns of ~667 lines, as on a dense newspaper page: a few ms (the row sort alone takes 1-2).
+    boxes = shuffled(
+        [line(50 + c * 320, k * 1.5 * H, 290 - (k % 7) * 20) for c in range(3) for k in range(667)]
+    )
+    start = time.perf_counter()
+    got = reading_order(boxes)
+    elapsed = time.perf_counter() - start
+    print(f"reading_order of {len(boxes)} boxes: {elapsed * 1000:.1f} ms")
+    assert [boxes[i][0] for i in got] == sorted(b[0] for b in boxes)  # column by column
+    assert elapsed < 0.25  # a loose bound for a loaded CI machine: catches a quadratic blow-up
+
+
+def cer(expected: str, got: str) -> float:
+    return jiwer.cer(expected, got)
+
+
+def test_a_two_column_article_is_read_column_by_column():
+    doc = render_columns(ARTICLE["title"], ARTICLE["columns"])
+    engine = RapidOcrEngine(workers=1, threads=2)
+
+    async def read():
+        await engine.load()
+        try:
+            [page] = await engine.recognize([PageImage(1, doc.image, *doc.image.size)])
+        finally:
+            await engine.close()
+        return page
+
+    page = asyncio.run(read())
+    got = [line.text for line in page.lines]
+    boxes = [line.bbox for line in page.lines]
+    by_rows = [got[i] for i in row_order(boxes, range(len(boxes)))]  # the order before layout
+    expected = " ".join(doc.lines)
+    after, before = cer(expected, " ".join(got)), cer(expected, " ".join(by_rows))
+    print(f"two-column article: CER {after:.3f} in layout order, {before:.3f} in row order")
+    print("layout order:", got, "\nrow order:", by_rows, sep="\n")
+    assert len(got) == len(doc.lines)
+    assert after < 0.03
+    assert before > 0.3  # the page is one a row sort gets wrong
