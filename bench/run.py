@@ -902,7 +902,8 @@ def build_rows(res: dict) -> list[tuple[str, str, str, str, str, str, str]]:
                 fmt(dec["ratio_ours_over_full"], ".2f"),
                 f"ours <= {GOAL_DECODE_MS:g}",
                 verdict(dec["ours_ms"] <= GOAL_DECODE_MS),
-                f"n={dec['n']}, {dec['speedup']:.1f}x faster; in-process {dec['in_process_ms']:.1f} ms; "
+                f"n={dec['n']}, {dec['speedup']:.1f}x faster; "
+                f"last release's in-process path {dec['in_process_ms']:.1f} ms; "
                 f"half-scale decode alone {dec['decode_floor_ms']:.1f} ms",
             )
         )
