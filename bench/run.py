@@ -839,6 +839,12 @@ def verdict(ok: bool | None) -> str:
     return "-" if ok is None else ("PASS" if ok else "MISS")
 
 
+def healthz_p99_row(label: str, m: dict, notes: str) -> tuple[str, str, str, str, str, str, str]:
+    """Measurements 3 and 6: /healthz p99 against its goal."""
+    ok = m["p99_ms"] < GOAL_HEALTHZ_P99_MS if m["n"] else None
+    return (label, fmt(m["p99_ms"], ".1f"), "", "", f"< {GOAL_HEALTHZ_P99_MS:g}", verdict(ok), notes)
+
+
 def build_rows(res: dict) -> list[tuple[str, str, str, str, str, str, str]]:
     rows = []
     for c, m in (res.get("service_vs_direct") or {}).items():
@@ -881,13 +887,9 @@ def build_rows(res: dict) -> list[tuple[str, str, str, str, str, str, str]]:
             )
         )
         rows.append(
-            (
+            healthz_p99_row(
                 "3 /healthz p99                              ms",
-                fmt(h["p99_ms"], ".1f"),
-                "",
-                "",
-                f"< {GOAL_HEALTHZ_P99_MS:g}",
-                verdict(h["p99_ms"] < GOAL_HEALTHZ_P99_MS if h["n"] else None),
+                h,
                 f"max {h['max_ms']:.1f} ms, peak {h['max_in_service']} in service",
             )
         )
@@ -954,13 +956,9 @@ def attack_rows(at: dict | None) -> list[tuple[str, str, str, str, str, str, str
 
     return [
         (f"6 /healthz p50 under attack ({what})  ms", fmt(at["p50_ms"], ".1f"), *[""] * 4, f"n={at['n']}"),
-        (
+        healthz_p99_row(
             "6 /healthz p99 under attack  ms",
-            fmt(at["p99_ms"], ".1f"),
-            "",
-            "",
-            f"< {GOAL_HEALTHZ_P99_MS:g}",
-            verdict(at["p99_ms"] < GOAL_HEALTHZ_P99_MS if at["n"] else None),
+            at,
             f"max {at['max_ms']:.1f} ms, /healthz {_statuses(at['healthz_statuses'])}",
         ),
         (
