@@ -41,6 +41,9 @@ class Settings(BaseSettings):
     # rec_keys.txt, cls.onnx (none: the rapidocr wheel's own models).
     model_path: Path | None = None
     rapidocr_use_cls: bool = False
+    # Turn a page fed sideways or upside down upright before recognition (its text boxes' shape, then the
+    # cls model's vote on a few lines); bbox stays on the page as sent.
+    rapidocr_orientation: bool = True
     # workers x threads = cores: two threads per instance halve a lone request's latency, and
     # more instances than that only make their threads fight over the cores.
     rapidocr_threads: int = Field(default_factory=lambda: min(2, os.cpu_count() or 1), ge=1, le=64)

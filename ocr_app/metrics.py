@@ -71,6 +71,7 @@ class Metrics:
         queued: Callable[[], float],
         engine_pages: Callable[[], float],
         engine_retries: Callable[[], float] | None = None,
+        engine_rotations: Callable[[], dict[int, int]] | None = None,
         engine_collector: Collector | None = None,
     ) -> None:
         self.inflight.set_function(inflight)
@@ -86,6 +87,8 @@ class Metrics:
                     engine_retries,
                 )
             )
+        if engine_rotations is not None:
+            self.registry.register(_RotationCounter(engine_rotations))
         if engine_collector is not None:  # the backend's own metrics (vLLM's), exported beside ours
             self.registry.register(engine_collector)
 
@@ -98,3 +101,20 @@ class _EngineCounter(Collector):
 
     def collect(self):
         yield CounterMetricFamily(self.name, self.documentation, value=self.read())
+
+
+class _RotationCounter(Collector):
+    """ocr_page_rotations_total{degrees}: pages by the rotation the engine applied to read them upright."""
+
+    def __init__(self, read: Callable[[], dict[int, int]]):
+        self.read = read
+
+    def collect(self):
+        family = CounterMetricFamily(
+            "ocr_page_rotations",
+            "Pages the engine ran, by the rotation (degrees clockwise) it applied to read them upright",
+            labels=["degrees"],
+        )
+        for degrees, pages in sorted(self.read().items()):
+            family.add_metric([str(degrees)], pages)
+        yield family

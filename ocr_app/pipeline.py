@@ -58,6 +58,7 @@ class Pipeline:
             lambda: self.admission.queued,
             lambda: engine.pages_done,
             engine_retries=lambda: engine.retries,
+            engine_rotations=(lambda: engine.rotations) if engine.rotations is not None else None,
             engine_collector=engine.metrics_collector(),
         )
 
@@ -125,6 +126,7 @@ def _page(img: PageImage, ep: EnginePage) -> Page:
         width=img.width,
         height=img.height,
         text=ep.text if ep.text is not None else "\n".join(ln.text for ln in ep.lines),
+        rotation=ep.rotation,
         lines=[Line(text=ln.text, bbox=ln.bbox, confidence=ln.confidence) for ln in ep.lines],
         warnings=ep.warnings,
         preview=img.preview,

@@ -21,6 +21,11 @@ class Page(BaseModel):
     width: int = Field(description="pixels of the page as sent; PDF pages at pdf_dpi")
     height: int
     text: str = Field(description="all lines, in reading order, joined by newlines")
+    rotation: int = Field(
+        0,
+        description="degrees (0, 90, 180, 270) the engine turned the page clockwise to read it upright; "
+        "bbox stays on the page as sent",
+    )
     lines: list[Line]
     warnings: list[str] = Field(default_factory=list)
     preview: str | None = Field(

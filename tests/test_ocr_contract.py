@@ -221,7 +221,7 @@ def test_no_preview_unless_asked(server, params):
     r = server.ocr(encode(render(TEXTS["en"][:1]).image, "PNG"), "image/png", params=params)
     assert r.status_code == 200
     [page] = r.json()["pages"]
-    assert set(page) == {"page", "width", "height", "text", "lines", "warnings"}
+    assert set(page) == {"page", "width", "height", "text", "rotation", "lines", "warnings"}
 
 
 @pytest.mark.parametrize("value", ["maybe", "", "2"])

@@ -50,6 +50,7 @@ def _rapidocr(settings: Settings, model_dir: Path | None = None) -> Engine:
         workers=settings.rapidocr_workers,
         threads=settings.rapidocr_threads,
         use_cls=settings.rapidocr_use_cls,
+        orientation=settings.rapidocr_orientation,
         det_limit_type=settings.rapidocr_det_limit_type,
         det_limit_side=settings.rapidocr_det_limit_side,
         model_dir=model_dir,

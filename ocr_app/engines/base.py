@@ -27,6 +27,7 @@ class EnginePage:
     lines: list[EngineLine]
     text: str | None = None  # defaults to the lines joined; a VLM returns its own Markdown
     warnings: list[str] = field(default_factory=list)
+    rotation: int = 0  # degrees the engine turned the page clockwise to read it (0, 90, 180, 270)
 
 
 class EngineError(Exception):
@@ -49,6 +50,8 @@ class Engine(abc.ABC):
     device: str = "cpu"
     pages_done: int = 0  # pages the engine actually ran, including those of abandoned requests
     retries: int = 0  # pages run again after a degenerate answer (the vllm engine)
+    # Pages by the rotation (degrees clockwise) the engine applied to read them; None: it turns none.
+    rotations: dict[int, int] | None = None
     # Set by the app: an engine whose backend dies between requests reports it here (-> unhealthy, exit).
     on_fatal: Callable[[str], None] | None = None
     # True: load() takes a device that a running instance on this host already holds (vLLM reserves a
