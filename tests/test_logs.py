@@ -105,7 +105,9 @@ def test_journald_is_used_only_when_it_holds_our_output(monkeypatch):
     st = os.fstat(1)
     monkeypatch.setenv("JOURNAL_STREAM", f"{st.st_dev}:{st.st_ino}")
     assert logs.under_journald()
-    monkeypatch.setenv("JOURNAL_STREAM", f"{st.st_dev}:{st.st_ino + 1}")
+    # An inode neither stdout nor stderr has (pytest's capture files are often consecutive inodes).
+    other = max(st.st_ino, os.fstat(2).st_ino) + 1
+    monkeypatch.setenv("JOURNAL_STREAM", f"{st.st_dev}:{other}")
     assert not logs.under_journald()
     monkeypatch.delenv("JOURNAL_STREAM")
     assert not logs.under_journald()
