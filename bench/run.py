@@ -11,6 +11,8 @@ unless something crashed.
     4. decode + resize of a 12 MP JPEG through the decode pool (draft mode, pages copied back) vs full decode
     +  PNG-bomb refusal latency and server RSS growth
     6. /healthz p50/p99 under attack: 20 MB multipart bodies of tiny parts and nested-XObject PDFs, repeatedly
+    7. the rapidocr engine on upright single-column pages with orientation and layout on vs off (per page),
+       and the order-sensitive CER of the layout pages, upright, turned 90/180/270 and photographed
 """
 
 from __future__ import annotations
@@ -56,6 +58,7 @@ GOAL_VS_DIRECT = 0.97
 GOAL_VS_PEER = 1.3
 GOAL_HEALTHZ_P99_MS = 50.0
 GOAL_DECODE_MS = 40.0
+GOAL_LAYOUT_RATIO = 1.2  # per page, orientation and layout on / both off, upright single-column pages
 # Measurement 6: client A's upload pace (100 Mbit/s, a fast office link) and the nested PDF's first depth.
 ATTACK_UPLOAD_BYTES_PER_S = 100e6 / 8
 ATTACK_CHUNK = 64 * 1024
@@ -517,6 +520,77 @@ def bench_decode(photo: bytes, settings: Settings, reps: int) -> dict:
     }
 
 
+def bench_layout(reps: int) -> dict:
+    """Measurement 7: the rapidocr engine in-process (one instance, the service's thread count), page by page.
+
+    Per-page latency on upright single-column pages (the contract tests' renders) with orientation on and
+    off, alternating; the layout's own cost on each page's boxes (page_layout: XY-cut and blocks) beside the
+    plain row sort it replaced, so that "both off" is the engine as it was before #12. Then the CER of the
+    layout pages (tests/docs.py layout_pages), order-sensitive (whitespace runs made one space), upright,
+    turned 90/180/270 (Pillow turns counterclockwise) and photo-like, with the rotation the engine applied."""
+    import jiwer
+
+    from ocr_app.engines.rapidocr import RapidOcrEngine
+    from ocr_app.layout import page_layout, row_order
+
+    d = docs_module()
+    singles = [d.render(d.TEXTS[lang], lang).image for lang in ("en", "latin")] + [
+        d.render([f"Line {k} of a plain letter, one column of text" for k in range(12)], size=32).image
+    ]
+    on, off = RapidOcrEngine(workers=1, threads=2), RapidOcrEngine(workers=1, threads=2, orientation=False)
+    for eng in (on, off):
+        asyncio.run(eng.load())
+    t_on: list[float] = []
+    t_off: list[float] = []
+    t_layout: list[float] = []
+    t_rows: list[float] = []
+    try:
+        for im in singles:  # warm-up
+            on._run(im), off._run(im)
+        for i in range(reps):
+            for im in singles:
+                for eng, xs in ((on, t_on), (off, t_off)) if i % 2 == 0 else ((off, t_off), (on, t_on)):
+                    t = pc()
+                    page = eng._run(im)
+                    xs.append(pc() - t)
+                boxes = [ln.bbox for ln in page.lines]
+                t = pc()
+                page_layout(boxes)
+                t_layout.append(pc() - t)
+                t = pc()
+                row_order(boxes, range(len(boxes)))
+                t_rows.append(pc() - t)
+        cer_rows = []
+        for name, doc in d.layout_pages().items():
+            row = {"page": name}
+            for variant in ("upright", "90", "180", "270", "photo"):
+                image = doc.image
+                if variant == "photo":
+                    image = d.photo_like(image)
+                elif variant != "upright":
+                    image = image.rotate(int(variant), expand=True)
+                got = on._run(image)
+                flat = " ".join(doc.text.split()), " ".join(got.joined_text().split())
+                row[variant] = {"cer": jiwer.cer(*flat), "rotation": got.rotation}
+            cer_rows.append(row)
+    finally:
+        for eng in (on, off):
+            asyncio.run(eng.close())
+    timed = {"on": t_on, "off": t_off, "layout": t_layout, "rows": t_rows}
+    ms = {k: median(v) * 1000 for k, v in timed.items()}
+    before = ms["off"] - ms["layout"] + ms["rows"]  # orientation off, rows sorted as before #12
+    return {
+        "orientation_on_ms": ms["on"],
+        "orientation_off_ms": ms["off"],
+        "layout_ms": ms["layout"],
+        "row_sort_ms": ms["rows"],
+        "before_ms": before,
+        "ratio": ms["on"] / before,
+        "n": len(t_on),
+        "cer": cer_rows,
+    }
+
+
 def phase_ours_vs_direct(svc: OurService, docs: list[Doc], cfg: Config) -> tuple[dict, list[PassResult]]:
     """Measurement 1: alternate direct and service passes (A B, then B A) after warming both up."""
     direct = DirectEngine(svc.settings)
@@ -894,6 +968,7 @@ def build_rows(res: dict) -> list[tuple[str, str, str, str, str, str, str]]:
             )
         )
     rows += attack_rows(res.get("attack"))
+    rows += layout_rows(res.get("layout"))
     dec = res.get("decode")
     if dec:
         rows.append(
@@ -933,6 +1008,28 @@ def build_rows(res: dict) -> list[tuple[str, str, str, str, str, str, str]]:
                 f"peak +{fmt(b['peak_rss_growth_mb'], '.1f')}, base {fmt(b['rss_before_mb'], '.0f')} MiB",
             )
         )
+    return rows
+
+
+def layout_rows(lay: dict | None) -> list[tuple[str, str, str, str, str, str, str]]:
+    if not lay:
+        return []
+    rows = [
+        (
+            "7 page, orientation+layout on / off  ms",
+            fmt(lay["orientation_on_ms"], ".1f"),
+            fmt(lay["before_ms"], ".1f"),
+            fmt(lay["ratio"], ".2f"),
+            f"<= {GOAL_LAYOUT_RATIO}",
+            verdict(lay["ratio"] <= GOAL_LAYOUT_RATIO),
+            f"n={lay['n']} upright 1-column pages; layout {fmt(lay['layout_ms'], '.2f')} ms vs row sort "
+            f"{fmt(lay['row_sort_ms'], '.2f')}; orientation off {fmt(lay['orientation_off_ms'], '.1f')}",
+        )
+    ]
+    for r in lay["cer"]:
+        cells = [f"{v} {r[v]['cer']:.3f}" + ("" if r[v]["rotation"] == 0 else f" (turned {r[v]['rotation']})")
+                 for v in ("upright", "90", "180", "270", "photo")]  # fmt: skip
+        rows.append((f"7 CER {r['page']}", "", "", "", "", "", "; ".join(cells)))
     return rows
 
 
@@ -1021,8 +1118,8 @@ def parse_args(argv: list[str] | None) -> tuple[Config, bool]:
     p.add_argument("--rounds", type=int, help="passes per side and concurrency (default 2, quick 1)")
     p.add_argument(
         "--only",
-        default="direct,peer,healthz,decode,bomb,attack",
-        help="comma-separated subset of: direct,peer,healthz,decode,bomb,attack",
+        default="direct,peer,healthz,decode,bomb,attack,layout",
+        help="comma-separated subset of: direct,peer,healthz,decode,bomb,attack,layout",
     )
     p.add_argument("--concurrency", default="1,4", help="client concurrencies for 1 and 2 (default 1,4)")
     p.add_argument(
@@ -1095,6 +1192,10 @@ def run(cfg: Config, quick: bool, workdir: Path) -> dict:
     if "decode" in cfg.only:
         log("measurement 4: 12 MP JPEG decode + resize")
         guarded("decode", lambda: res.__setitem__("decode", bench_decode(photo, settings, cfg.decode_reps)))
+    # 7. the engine alone, in-process, before any server is up.
+    if "layout" in cfg.only:
+        log("measurement 7: orientation and layout on vs off, CER of the layout pages")
+        guarded("layout", lambda: res.__setitem__("layout", bench_layout(2 if quick else 5)))
 
     ours_a: dict[int, list[PassResult]] = {}
     ours_b: dict[int, list[PassResult]] = {}

@@ -19,7 +19,7 @@ from .documents import PageImage
 from .engines import Engine, EngineError, EnginePage
 from .health import HealthMonitor
 from .metrics import Metrics
-from .results import Line, OcrResponse, Page, Timings, not_ready, timeout
+from .results import Block, Line, OcrResponse, Page, Timings, not_ready, timeout
 
 # The cancel message when a request's client has gone: the label its killed decode worker is counted under.
 CLIENT_GONE = "client_gone"
@@ -125,9 +125,10 @@ def _page(img: PageImage, ep: EnginePage) -> Page:
         page=img.number,
         width=img.width,
         height=img.height,
-        text=ep.text if ep.text is not None else "\n".join(ln.text for ln in ep.lines),
+        text=ep.joined_text(),
         rotation=ep.rotation,
         lines=[Line(text=ln.text, bbox=ln.bbox, confidence=ln.confidence) for ln in ep.lines],
+        blocks=[Block(type=b.type, bbox=b.bbox, lines=b.lines) for b in ep.blocks],
         warnings=ep.warnings,
         preview=img.preview,
     )

@@ -16,17 +16,38 @@ class Line(BaseModel):
     confidence: float = Field(ge=0.0, le=1.0)
 
 
+class Block(BaseModel):
+    type: str = Field(
+        description="text, title, table, header or footer (the rapidocr engine); the vllm engine's from "
+        "its Markdown: text, title, table, list, formula, figure"
+    )
+    bbox: tuple[float, float, float, float] | None = Field(
+        description="[x0, y0, x1, y1] normalised 0-1 to the page as sent: the union of its lines' boxes; "
+        "null when none of its lines is localised"
+    )
+    lines: list[int] = Field(description="0-based indices into the page's lines, in reading order")
+
+
 class Page(BaseModel):
     page: int = Field(ge=1, description="1-based page (or TIFF frame) number in the document")
     width: int = Field(description="pixels of the page as sent; PDF pages at pdf_dpi")
     height: int
-    text: str = Field(description="all lines, in reading order, joined by newlines")
+    text: str = Field(
+        description="the page's text in reading order: each block's lines joined by newlines, blocks apart "
+        "by a blank line (the vllm engine: the model's Markdown)"
+    )
     rotation: int = Field(
         0,
         description="degrees (0, 90, 180, 270) the engine turned the page clockwise to read it upright; "
         "bbox stays on the page as sent",
     )
     lines: list[Line]
+    blocks: list[Block] = Field(
+        default_factory=list,
+        description="the lines grouped as the page lays them out (columns, paragraphs, titles, tables, "
+        "headers and footers), in reading order; every line in exactly one block, blocks in the order "
+        "of their lines. Empty when the engine cannot group them",
+    )
     warnings: list[str] = Field(default_factory=list)
     preview: str | None = Field(
         None,

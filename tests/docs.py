@@ -8,7 +8,8 @@ import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
-from PIL import Image, ImageDraw, ImageFont
+import numpy as np
+from PIL import Image, ImageDraw, ImageFilter, ImageFont
 
 LATIN_FONT = Path("/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf")
 CJK_FONT = Path("/usr/share/fonts/truetype/wqy/wqy-microhei.ttc")
@@ -128,6 +129,115 @@ def render_columns(
             lines.append(line)
             boxes.append(box)
     return Rendered(image, lines, boxes)
+
+
+ARTICLE3 = {
+    "title": "Three towns plan a shared cycle path",
+    "columns": [
+        [
+            "The three towns on the",
+            "estuary agreed to build",
+            "a cycle path along the",
+            "old railway line, with",
+            "work to start in spring.",
+        ],
+        [
+            "Each town pays a third",
+            "of the cost, and the",
+            "county adds a grant for",
+            "the two new bridges over",
+            "the river and the canal.",
+        ],
+        [
+            "Shops along the route",
+            "hope for more visitors,",
+            "while farmers asked for",
+            "gates at every field so",
+            "that sheep stay inside.",
+        ],
+    ],
+}
+
+LETTER = {
+    "header": "Northwind Traders annual report",
+    "paragraphs": [
+        ["Sales rose in every region this year,", "led by the new harbour branch that", "opened in spring."],
+        ["Costs fell as the fleet moved to", "electric vans and the warehouse", "roof got solar panels."],
+    ],
+    "footer": "Page 7 of 12",
+}
+
+TABLE = [
+    ["Item", "Quantity", "Price"],
+    ["Blue paint", "4 tins", "36.00"],
+    ["Brushes", "12", "18.50"],
+    ["Ladder", "1", "89.90"],
+    ["Dust sheets", "6", "24.00"],
+    ["Masking tape", "10 rolls", "15.20"],
+]
+
+
+def render_letter(letter: dict = LETTER, size: int = 32, width: int = 1200, height: int = 1500) -> Rendered:
+    """A page with a small running head at the top, paragraphs apart by an empty line, and a page number
+    at the foot: `lines` in reading order (head, body, foot)."""
+    font, small = font_for("en", size), font_for("en", size * 3 // 4)
+    image = Image.new("RGB", (width, height), "white")
+    draw = ImageDraw.Draw(image)
+    lines, boxes = [], []
+
+    def put(x: int, y: int, text: str, f) -> None:
+        draw.text((x, y), text, fill="black", font=f)
+        lines.append(text)
+        boxes.append(draw.textbbox((x, y), text, font=f))
+
+    put(80, 40, letter["header"], small)
+    y = 260
+    for para in letter["paragraphs"]:
+        for text in para:
+            put(80, y, text, font)
+            y += size * 3 // 2
+        y += size * 3 // 2  # an empty line between paragraphs
+    put(width // 2 - 100, height - 90, letter["footer"], small)
+    return Rendered(image, lines, boxes)
+
+
+def render_table(rows: list[list[str]] = TABLE, size: int = 30, width: int = 1200) -> Rendered:
+    """A ruled-less table: left-aligned first column, the others at fixed tab stops; read row by row."""
+    font = font_for("en", size)
+    stops = [80, 560, 900]
+    pitch = size * 2
+    image = Image.new("RGB", (width, 120 + len(rows) * pitch), "white")
+    draw = ImageDraw.Draw(image)
+    lines, boxes = [], []
+    for r, row in enumerate(rows):
+        for x, cell in zip(stops, row, strict=True):
+            draw.text((x, 60 + r * pitch), cell, fill="black", font=font)
+            lines.append(cell)
+            boxes.append(draw.textbbox((x, 60 + r * pitch), cell, font=font))
+    return Rendered(image, lines, boxes)
+
+
+def photo_like(image: Image.Image, seed: int = 0) -> Image.Image:
+    """The page as a phone photo of it might come: grey paper, uneven light, a slight blur and sensor noise,
+    saved as a lossy JPEG."""
+    rng = np.random.default_rng(seed)
+    a = np.asarray(image.convert("L"), dtype=np.float32)
+    h, w = a.shape
+    light = np.linspace(0.82, 1.0, w)[None, :] * np.linspace(0.9, 1.0, h)[:, None]
+    a = (a * 0.85 + 20) * light + rng.normal(0, 8, a.shape)
+    out = Image.fromarray(np.clip(a, 0, 255).astype(np.uint8)).filter(ImageFilter.GaussianBlur(0.8))
+    return Image.open(io.BytesIO(encode(out.convert("RGB"), "JPEG", quality=60))).convert("RGB")
+
+
+def layout_pages() -> dict[str, Rendered]:
+    """The layout test pages, each with its text in reading order: two and three columns under a title, a
+    page with a running head and a page number, a table."""
+    return {
+        "two-column": render_columns(ARTICLE["title"], ARTICLE["columns"]),
+        "three-column": render_columns(ARTICLE3["title"], ARTICLE3["columns"], width=1500),
+        "head-and-foot": render_letter(),
+        "table": render_table(),
+    }
 
 
 def encode(image: Image.Image, fmt: str, **params) -> bytes:

@@ -33,7 +33,10 @@ def test_text_is_recognised_within_cer(server, lang, fmt, ctype, params):
     body = r.json()
     [page] = body["pages"]
     assert cer(doc.text, page["text"]) <= CER_LIMITS[lang], page["text"]
-    assert page["text"] == "\n".join(line["text"] for line in page["lines"])
+    # Blocks take every line once, in order; the text is their lines, blocks apart by a blank line.
+    assert [i for b in page["blocks"] for i in b["lines"]] == list(range(len(page["lines"])))
+    texts = [line["text"] for line in page["lines"]]
+    assert page["text"] == "\n\n".join("\n".join(texts[i] for i in b["lines"]) for b in page["blocks"])
 
 
 def test_response_shape_boxes_and_reading_order(server):
@@ -55,6 +58,12 @@ def test_response_shape_boxes_and_reading_order(server):
         x0, y0, x1, y1 = line["bbox"]
         assert 0 <= x0 < x1 <= 1 and 0 <= y0 < y1 <= 1
         assert iou(line["bbox"], normalise(drawn, doc.image.size)) > 0.5
+    # One paragraph: one text block around every line.
+    [block] = page["blocks"]
+    assert (block["type"], block["lines"]) == ("text", list(range(len(doc.lines))))
+    corners = list(zip(*(line["bbox"] for line in page["lines"]), strict=True))
+    union = (min(corners[0]), min(corners[1]), max(corners[2]), max(corners[3]))
+    assert block["bbox"] == pytest.approx(union, abs=1e-5)
 
 
 def normalise(box, size):
@@ -221,7 +230,7 @@ def test_no_preview_unless_asked(server, params):
     r = server.ocr(encode(render(TEXTS["en"][:1]).image, "PNG"), "image/png", params=params)
     assert r.status_code == 200
     [page] = r.json()["pages"]
-    assert set(page) == {"page", "width", "height", "text", "rotation", "lines", "warnings"}
+    assert set(page) == {"page", "width", "height", "text", "rotation", "lines", "blocks", "warnings"}
 
 
 @pytest.mark.parametrize("value", ["maybe", "", "2"])

@@ -23,11 +23,28 @@ class EngineLine:
 
 
 @dataclass
+class EngineBlock:
+    type: str  # text, title, table, figure, header, footer, ...
+    bbox: tuple[float, float, float, float] | None  # the union of its lines' boxes, normalised
+    lines: list[int]  # indices into the page's lines
+
+
+@dataclass
 class EnginePage:
     lines: list[EngineLine]
-    text: str | None = None  # defaults to the lines joined; a VLM returns its own Markdown
+    # Without its own text: the blocks' lines, one per line, blocks apart by a blank line (lines alone
+    # without blocks). A VLM returns its own Markdown.
+    text: str | None = None
     warnings: list[str] = field(default_factory=list)
     rotation: int = 0  # degrees the engine turned the page clockwise to read it (0, 90, 180, 270)
+    blocks: list[EngineBlock] = field(default_factory=list)
+
+    def joined_text(self) -> str:
+        if self.text is not None:
+            return self.text
+        if not self.blocks:
+            return "\n".join(ln.text for ln in self.lines)
+        return "\n\n".join("\n".join(self.lines[i].text for i in b.lines) for b in self.blocks)
 
 
 class EngineError(Exception):

@@ -7,6 +7,10 @@ none); `ocr-app rapidocr-models DIR` writes one from the installed wheel. The wh
 its dictionary inside; a revision's rec.onnx must not (the copy drops it), so that the dictionary loaded
 is always the revision's own rec_keys.txt.
 
+Lines come in reading order and grouped into blocks by ocr_app.layout: a recursive XY-cut over the detected
+line boxes, geometry alone (no layout model: a few ms a page, where a detection model would cost about as
+much as the page's own text detection).
+
 A fixed pool of engine instances, each used by one worker thread at a time, bounds CPU and memory
 whatever the request concurrency. ONNX Runtime releases the GIL, so the event loop stays free.
 """
@@ -14,7 +18,6 @@ whatever the request concurrency. ONNX Runtime releases the GIL, so the event lo
 from __future__ import annotations
 
 import asyncio
-import itertools
 import logging
 import queue
 import shutil
@@ -25,7 +28,8 @@ from pathlib import Path
 import numpy as np
 
 from ..documents import PageImage
-from .base import Engine, EngineError, EngineLine, EnginePage, model_label
+from ..layout import page_layout
+from .base import Engine, EngineBlock, EngineError, EngineLine, EnginePage, model_label
 
 log = logging.getLogger("ocr_app.engines.rapidocr")
 
@@ -39,226 +43,6 @@ WHEEL_FILES = {
     "cls": "ch_ppocr_mobile_v2.0_cls_mobile.onnx",
 }
 DICT_KEY = "character"  # the metadata entry in which a rec model carries its dictionary
-
-
-Box = tuple[float, float, float, float]
-Span = tuple[float, float, int]  # x0, x1, lines: an interval of the x-axis that lines cover
-
-# Thresholds, in median line heights (h): the median height of the page's line boxes is its body text
-# size whatever the resolution or scan DPI, so these hold from a receipt photo to a 300 DPI magazine page.
-# A gutter is at least 0.4 h of blank running the block's full height: magazine gutters are about one em
-# (~0.7 h of a detector box, padding included), while inter-word spaces (~0.2 h) do not split a line's box,
-# let alone on every line of a block at the same x.
-GUTTER_MIN = 0.4
-# A column next to a gutter is at least 6 h wide (~14 characters: a detector box's h is ~2.3 characters)
-# and holds at least 2 lines: the text columns of a page are 25-40 characters wide, while the narrow side
-# of what only looks like columns (a receipt's prices, a table's figures, a form's short labels) is a few
-# characters: those stay rows.
-COLUMN_MIN_WIDTH = 6.0
-COLUMN_MIN_LINES = 2
-# Two sides of a gutter whose lines pair up row by row (80 % of them) are a table or a form (label: value)
-# unless there are 3 rows or more and both sides' lines fill their column (median line at least 70 % of its
-# width), as the lines of text columns set on shared baselines do; a table's cells are ragged. Two rows
-# tell nothing: they are read as rows, as before. A table is read by rows.
-TABLE_PAIRED = 0.8
-TABLE_MIN_ROWS = 3
-COLUMN_MIN_FILL = 0.7
-# Noise (a speck, a bullet, a vertical rule, a stray character) neither bridges nor makes a gutter: a box
-# under 0.6 h wide or 0.4 h tall is left out of the column geometry and follows the side its centre is on.
-NOISE_MAX_WIDTH = 0.6
-NOISE_MAX_HEIGHT = 0.4
-MAX_DEPTH = 64  # cuts within cuts
-
-
-def reading_order(boxes: list[Box]) -> list[int]:
-    """Indices of boxes (x0, y0, x1, y1) in reading order, by layout: a recursive XY-cut over the line boxes.
-
-    A block of lines is cut vertically at a gutter: a blank strip at least GUTTER_MIN wide running the
-    block's full height, with a column (COLUMN_MIN_WIDTH wide, COLUMN_MIN_LINES lines) on each side, and
-    not between the cells of a table (see table()). The widest such gutter is cut first; the columns are read
-    left to right, each recursively. A block without one is cut horizontally into bands (text separated by
-    blank space across the block), read top to bottom; consecutive bands that keep a gutter between them
-    (a column run; its lines need not be aligned across the gutter) are read as one block, recursively, so
-    a full-width title, heading or footer, which crosses the gutter, ends the run and stays where it
-    stands. What is left is read as rows (row_order), as before: a single-column page, a receipt's item
-    and price, a table's cells come out row by row, left to right, exactly as a plain row sort gives them.
-
-    Each level sorts its boxes by x and by y (numpy): O(n log n) a level, a few levels deep; 2000 lines
-    take 3-7 ms (one column ~3, three ~5, a title over two ~7; the row sort alone: 1-2 ms).
-    """
-    n = len(boxes)
-    if n < 2:
-        return list(range(n))
-    x0s, y0s, x1s, y1s = np.asarray(boxes, dtype=np.float64).reshape(n, 4).T.copy()
-    h = float(np.sort(y1s - y0s)[n // 2])
-    if not h > 0:
-        return row_order(boxes, range(n))
-    gutter_min, col_width = GUTTER_MIN * h, COLUMN_MIN_WIDTH * h
-    is_solid = (x1s - x0s >= NOISE_MAX_WIDTH * h) & (y1s - y0s >= NOISE_MAX_HEIGHT * h)
-    solid = is_solid.tolist()
-
-    def gutters(union: list[Span], lines: bool) -> list[tuple[float, float, Span, Span]]:
-        """(width, x, left interval, right interval) of each gutter between the union's intervals, widest
-        first; with `lines`, only those with enough lines each side (a run still growing is not counted)."""
-        found = [
-            (b[0] - a[1], (a[1] + b[0]) / 2, a, b)
-            for a, b in itertools.pairwise(union)
-            if b[0] - a[1] >= gutter_min
-            and a[1] - a[0] >= col_width
-            and b[1] - b[0] >= col_width
-            and (not lines or (a[2] >= COLUMN_MIN_LINES and b[2] >= COLUMN_MIN_LINES))
-        ]
-        return sorted(found, reverse=True)
-
-    def column_cut(block: list[int]) -> float | None:
-        """The x at which to cut the block into columns, or None."""
-        found = gutters(union(block), lines=True)
-        if not found:
-            return None
-        ids = np.asarray(block)
-        ids = ids[is_solid[ids]]
-        for _, at, a, b in found:
-            left = ids[(x0s[ids] >= a[0]) & (x1s[ids] <= a[1])]
-            right = ids[(x0s[ids] >= b[0]) & (x1s[ids] <= b[1])]
-            if not table(left, a, right, b):
-                return at
-        return None
-
-    def table(left: np.ndarray, a: Span, right: np.ndarray, b: Span) -> bool:
-        """Whether the lines each side of a gutter are a table's cells rather than two columns of text:
-        they pair up row by row (TABLE_PAIRED of them) and either are few (under TABLE_MIN_ROWS rows tell
-        nothing) or one side's lines are ragged (their median under COLUMN_MIN_FILL of its width).
-        Columns set on shared baselines pair up too, but their lines fill them."""
-        m = min(len(left), len(right))
-        p = left[np.argsort(y0s[left], kind="stable")][:m]
-        q = right[np.argsort(y0s[right], kind="stable")][:m]
-        overlap = np.minimum(y1s[p], y1s[q]) - np.maximum(y0s[p], y0s[q])
-        paired = int(np.count_nonzero(overlap >= 0.5 * np.minimum(y1s[p] - y0s[p], y1s[q] - y0s[q])))
-        if paired < TABLE_PAIRED * max(len(left), len(right)):
-            return False
-        if paired < TABLE_MIN_ROWS:
-            return True
-        fill = [
-            float(np.sort(x1s[side] - x0s[side])[len(side) // 2]) / (span[1] - span[0])
-            for side, span in ((left, a), (right, b))
-        ]
-        return min(fill) < COLUMN_MIN_FILL
-
-    spans = [(b[0], b[2], 1) if ok else None for b, ok in zip(boxes, solid, strict=True)]
-
-    def union(idx: list[int]) -> list[Span]:
-        if len(idx) == 1:  # most bands: one line
-            return [spans[idx[0]]] if solid[idx[0]] else []
-        if len(idx) < 32:
-            return _union(sorted([spans[i] for i in idx if solid[i]]))
-        # A block: the same with numpy. An interval starts where a span begins right of all before it.
-        ids = np.asarray(idx)
-        ids = ids[is_solid[ids]]
-        if not len(ids):
-            return []
-        ids = ids[np.argsort(x0s[ids], kind="stable")]
-        reach = np.maximum.accumulate(x1s[ids])
-        starts = np.flatnonzero(np.r_[True, x0s[ids][1:] > reach[:-1]])
-        ends = np.r_[starts[1:], len(ids)]
-        return list(
-            zip(x0s[ids][starts].tolist(), reach[ends - 1].tolist(), (ends - starts).tolist(), strict=True)
-        )
-
-    def bands_of(block: list[int]) -> tuple[list[list[int]], bool]:
-        """The block's lines in bands top to bottom (a band ends where a blank strip crosses the whole
-        block), and whether each band is one line lying under the one above (no gutter can be there)."""
-        ids = np.asarray(block)
-        ids = ids[np.argsort(y0s[ids], kind="stable")]
-        bottom = np.maximum.accumulate(y1s[ids])
-        starts = np.flatnonzero(np.r_[True, y0s[ids][1:] >= bottom[:-1]])
-        ends = np.r_[starts[1:], len(ids)]
-        first = ids[starts]
-        single = (ends - starts == 1) & is_solid[first]
-        lo, hi = x0s[first], x1s[first]
-        stacked = bool(np.all(single[:-1] & single[1:] & (lo[:-1] <= hi[1:]) & (lo[1:] <= hi[:-1])))
-        order = ids.tolist()
-        return [order[a:b] for a, b in zip(starts.tolist(), ends.tolist(), strict=True)], stacked
-
-    def order(block: list[int], depth: int = 0) -> list[int]:
-        if len(block) < 2 or depth > MAX_DEPTH:  # (no real page nests so deep: a guard, read as rows)
-            return row_order(boxes, block)
-        cut = column_cut(block)
-        if cut is not None:
-            left = [i for i in block if boxes[i][0] + boxes[i][2] < 2 * cut]
-            right = [i for i in block if boxes[i][0] + boxes[i][2] >= 2 * cut]
-            return order(left, depth + 1) + order(right, depth + 1)
-        bands, all_stacked = bands_of(block)
-        if len(bands) == 1 or all_stacked:  # one band, or a line under a line all the way: rows
-            return row_order(boxes, block)
-        unions = [[spans[b[0]]] if len(b) == 1 and solid[b[0]] else union(b) for b in bands]
-        # Two bands each one span, overlapping (a line under a line, the bulk of a page): no gutter between.
-        stacked = [
-            len(a) == 1 == len(b) and a[0][0] <= b[0][1] and b[0][0] <= a[0][1]
-            for a, b in itertools.pairwise(unions)
-        ]
-        # Runs of bands that keep a gutter (lines not counted yet: a run grows a line a side at a time).
-        runs: list[tuple[list[int], int, list[Span]]] = []
-        run, count, run_union = list(bands[0]), 1, unions[0]
-        for k in range(1, len(bands)):
-            band, band_union = bands[k], unions[k]
-            if count > 1 and all(any(u[0] <= s[0] and s[1] <= u[1] for u in run_union) for s in band_union):
-                run += band  # the band's lines lie within the run's columns: the gutter goes on
-                count += 1
-                continue
-            merged = None
-            if count > 1 or not stacked[k - 1]:
-                merged = _union(sorted(run_union + band_union))
-            if merged is not None and gutters(merged, lines=False):
-                run += band
-                count, run_union = count + 1, merged
-            else:
-                runs.append((run, count, run_union))
-                run, count, run_union = list(band), 1, band_union
-        runs.append((run, count, run_union))
-        if len(runs) == 1:  # one run, yet no gutter with enough lines: its bands one by one
-            runs = [(band, 1, u) for band, u in zip(bands, unions, strict=True)]
-        out: list[int] = []
-        rows: list[int] = []  # consecutive bands without a gutter: rows, sorted together
-        for run, count, run_union in runs:
-            if count == 1 and (len(run_union) < 2 or not gutters(run_union, lines=False)):
-                rows += run
-            else:
-                out += row_order(boxes, rows) + order(run, depth + 1)
-                rows = []
-        return out + row_order(boxes, rows)
-
-    return order(list(range(n)))
-
-
-def _union(intervals: list[Span]) -> list[Span]:
-    """Overlapping (x0, x1, lines) intervals (sorted by x0) merged, their lines added up."""
-    out: list[Span] = []
-    for span in intervals:
-        if out and span[0] <= out[-1][1]:
-            x0, x1, k = out[-1]
-            out[-1] = (x0, max(x1, span[1]), k + span[2])
-        else:
-            out.append(span)
-    return out
-
-
-def row_order(boxes: list[Box], block) -> list[int]:
-    """Indices of the block's boxes as rows top to bottom, left to right within a row.
-
-    A box joins the current row when its vertical centre lies within the row's first box, so
-    slightly skewed lines of one row stay together.
-    """
-    order = sorted(block, key=lambda i: (boxes[i][1], boxes[i][0]))
-    rows: list[list[int]] = []
-    for i in order:
-        centre = (boxes[i][1] + boxes[i][3]) / 2
-        if rows:
-            anchor = boxes[rows[-1][0]]
-            if anchor[1] <= centre <= anchor[3]:
-                rows[-1].append(i)
-                continue
-        rows.append([i])
-    return [i for row in rows for i in (row if len(row) == 1 else sorted(row, key=lambda j: boxes[j][0]))]
 
 
 class RapidOcrEngine(Engine):
@@ -391,8 +175,8 @@ class RapidOcrEngine(Engine):
                 self.rotations[rotation] += 1
             width, height = (image.height, image.width) if rotation in (90, 270) else image.size
             page = _to_page(out, width, height)
-            for line in page.lines:
-                line.bbox = _unrotate(line.bbox, rotation)
+            for item in (*page.lines, *page.blocks):
+                item.bbox = _unrotate(item.bbox, rotation)
             page.rotation = rotation
             return page
         with self._count_lock:
@@ -497,21 +281,28 @@ def _unrotate(bbox, rotation: int):
 def _to_page(out, width: int, height: int) -> EnginePage:
     if out is None or getattr(out, "boxes", None) is None or not getattr(out, "txts", None):
         return EnginePage(lines=[])
-    boxes = []
+    boxes = []  # in pixels, clipped to the page
     for poly in np.asarray(out.boxes, dtype=np.float64):
         xs, ys = poly[:, 0], poly[:, 1]
-        x0, x1 = max(0.0, xs.min() / width), min(1.0, xs.max() / width)
-        y0, y1 = max(0.0, ys.min() / height), min(1.0, ys.max() / height)
-        boxes.append((x0, y0, max(x1, x0 + 1e-6), max(y1, y0 + 1e-6)))
-    lines = [
-        EngineLine(
-            text=out.txts[i],
-            bbox=tuple(round(v, 5) for v in boxes[i]),
-            confidence=round(min(1.0, max(0.0, float(out.scores[i]))), 4),
-        )
-        for i in reading_order(boxes)
-    ]
-    return EnginePage(lines=lines)
+        x0, x1 = max(0.0, xs.min()), min(float(width), xs.max())
+        y0, y1 = max(0.0, ys.min()), min(float(height), ys.max())
+        boxes.append((x0, y0, max(x1, x0 + 1e-3), max(y1, y0 + 1e-3)))
+
+    def normalised(box) -> tuple[float, float, float, float]:
+        x0, y0, x1, y1 = box
+        return (round(x0 / width, 5), round(y0 / height, 5), round(x1 / width, 5), round(y1 / height, 5))
+
+    # In pixels: the layout's thresholds are in line heights on both axes, which a page normalised to
+    # 0-1 would stretch by its aspect ratio (a wide page's columns would look too narrow to be columns).
+    layout = page_layout(boxes, float(height))
+    lines, blocks = [], []
+    for block in layout:  # the lines of one block after another: the reading order
+        first = len(lines)
+        for i in block.lines:
+            score = round(min(1.0, max(0.0, float(out.scores[i]))), 4)
+            lines.append(EngineLine(text=out.txts[i], bbox=normalised(boxes[i]), confidence=score))
+        blocks.append(EngineBlock(block.type, normalised(block.bbox), list(range(first, len(lines)))))
+    return EnginePage(lines=lines, blocks=blocks)
 
 
 def _quiet_rapidocr_logger() -> None:

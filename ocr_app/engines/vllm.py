@@ -26,6 +26,7 @@ import json
 import logging
 import math
 import os
+import re
 import threading
 import uuid
 from dataclasses import dataclass
@@ -35,8 +36,17 @@ import numpy as np
 
 from ..config import Settings
 from ..documents import PageImage
-from ..grounding import Grounder, align
-from .base import SELF_TEST_TEXT, Engine, EngineError, EngineLine, EnginePage, model_label, sample_page
+from ..grounding import Grounder, align, union
+from .base import (
+    SELF_TEST_TEXT,
+    Engine,
+    EngineBlock,
+    EngineError,
+    EngineLine,
+    EnginePage,
+    model_label,
+    sample_page,
+)
 
 log = logging.getLogger("ocr_app.engines.vllm")
 
@@ -94,6 +104,50 @@ def line_confidences(text: str, pieces: list[str], logprobs: list[float]) -> lis
         conf = math.exp(sum(lps) / len(lps)) if lps else 0.0
         out.append((line.rstrip(), round(min(1.0, max(0.0, conf)), 4)))
     return out
+
+
+_LIST_ITEM = re.compile(r"([-*+]|\d+[.)])\s")
+
+
+def markdown_blocks(text: str) -> list[tuple[str, list[int]]]:
+    """(type, indices among the non-blank lines) of each block of the model's Markdown, in order.
+
+    A blank line ends a block, except inside an HTML table or a $$ formula; consecutive lines of one kind
+    form one block (a heading is a block of its own): `#` headings are titles, HTML or pipe tables tables,
+    list items lists, $$ display maths formulas, ![...] images figures, the rest text.
+    """
+    blocks: list[tuple[str, list[int]]] = []
+    index, previous, inside = -1, None, None  # inside: "table" or "formula" while one is open
+    for raw in text.split("\n"):
+        line = raw.strip()
+        if not line:
+            previous = inside  # a blank line ends a block, but not an open table or formula
+            continue
+        index += 1
+        if inside == "table":
+            kind, inside = "table", None if "</table>" in line else "table"
+        elif inside == "formula":
+            kind, inside = "formula", None if line.endswith("$$") else "formula"
+        elif line.startswith("<table"):
+            kind, inside = "table", None if "</table>" in line else "table"
+        elif line.startswith("$$"):
+            kind, inside = "formula", None if len(line) > 2 and line.endswith("$$") else "formula"
+        elif line.startswith("#"):
+            kind = "title"
+        elif line.startswith("|"):
+            kind = "table"
+        elif _LIST_ITEM.match(line):
+            kind = "list"
+        elif line.startswith("!["):
+            kind = "figure"
+        else:
+            kind = "text"
+        if blocks and kind == previous and kind != "title":
+            blocks[-1][1].append(index)
+        else:
+            blocks.append((kind, [index]))
+        previous = kind
+    return blocks
 
 
 @dataclass
@@ -418,7 +472,11 @@ class VllmEngine(Engine):
         scored = line_confidences(text, best.pieces[:kept], best.logprobs[:kept])
         boxes = align([t for t, _ in scored], detected) if detected is not None else [None] * len(scored)
         lines = [EngineLine(text=t, bbox=b, confidence=c) for (t, c), b in zip(scored, boxes, strict=True)]
-        return EnginePage(lines=lines, text=text.strip(), warnings=_warnings(best, attempts))
+        blocks = []
+        for kind, idx in markdown_blocks(text):
+            located = [boxes[i] for i in idx if boxes[i] is not None]
+            blocks.append(EngineBlock(kind, union(located) if located else None, idx))
+        return EnginePage(lines=lines, text=text.strip(), warnings=_warnings(best, attempts), blocks=blocks)
 
 
 def _warnings(best: Attempt, attempts: list[Attempt]) -> list[str]:

@@ -265,39 +265,51 @@
     svg.setAttribute("viewBox", "0 0 1 1");
     svg.setAttribute("preserveAspectRatio", "none");
     svg.setAttribute("aria-hidden", "true");
+    (page.blocks || []).forEach((block, i) => {
+      if (!Array.isArray(block.bbox)) return; // none of its lines localised
+      svg.append(svgRect(block.bbox, `block block-${block.type}`, `${block.type} block`, { block: i }));
+    });
     page.lines.forEach((line, i) => {
       if (!Array.isArray(line.bbox)) return; // an engine that cannot localise this line
-      const [x0, y0, x1, y1] = line.bbox;
-      const rect = document.createElementNS(SVG_NS, "rect");
-      for (const [k, v] of Object.entries({ x: x0, y: y0, width: x1 - x0, height: y1 - y0 })) {
-        rect.setAttribute(k, String(v));
-      }
-      rect.setAttribute("class", "box");
-      rect.dataset.line = String(i);
-      const title = document.createElementNS(SVG_NS, "title");
-      title.textContent = line.text;
-      rect.append(title);
-      svg.append(rect);
+      svg.append(svgRect(line.bbox, "box", line.text, { line: i }));
     });
     canvas.append(svg);
     figure.append(canvas);
     return figure;
   }
 
+  function svgRect([x0, y0, x1, y1], cls, label, data) {
+    const rect = document.createElementNS(SVG_NS, "rect");
+    for (const [k, v] of Object.entries({ x: x0, y: y0, width: x1 - x0, height: y1 - y0 })) {
+      rect.setAttribute(k, String(v));
+    }
+    rect.setAttribute("class", cls);
+    for (const [k, v] of Object.entries(data)) rect.dataset[k] = String(v);
+    const title = document.createElementNS(SVG_NS, "title");
+    title.textContent = label;
+    rect.append(title);
+    return rect;
+  }
+
   function renderText(page) {
     const wrap = el("div", { class: "page-text" });
     const pre = el("pre", { class: "text", tabindex: "0" });
     pre.setAttribute("aria-label", `Text of page ${page.page}`);
-    const joined = page.lines.map((l) => l.text).join("\n");
     if (!page.text) {
       wrap.append(el("p", { class: "empty" }, "No text found on this page."));
       return wrap;
     }
+    // The text as the engine joins it: each block's lines by newlines, blocks apart by a blank line.
+    const groups = page.blocks?.length ? page.blocks.map((b) => b.lines) : [page.lines.map((_, i) => i)];
+    const joined = groups.map((g) => g.map((i) => page.lines[i].text).join("\n")).join("\n\n");
     if (joined === page.text) {
       // One span per line, so a line and its box light up together; the text stays exactly page.text.
-      page.lines.forEach((line, i) => {
-        if (i > 0) pre.append("\n");
-        pre.append(el("span", { class: "line", "data-line": i }, line.text));
+      groups.forEach((g, k) => {
+        if (k > 0) pre.append("\n\n");
+        g.forEach((i, j) => {
+          if (j > 0) pre.append("\n");
+          pre.append(el("span", { class: "line", "data-line": i }, page.lines[i].text));
+        });
       });
     } else {
       pre.textContent = page.text;
@@ -317,6 +329,10 @@
       });
     }
   }
+
+  // Block outlines on every page at once; the choice outlives a new result.
+  const showBlocks = $("show-blocks");
+  showBlocks.addEventListener("change", () => results.classList.toggle("show-blocks", showBlocks.checked));
 
   // --- copying ----------------------------------------------------------------------------------
   $("copy-all").addEventListener("click", (e) => {

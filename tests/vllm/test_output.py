@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 
 from ocr_app.engines.base import EngineLine
-from ocr_app.engines.vllm import Attempt, Loop, _warnings, find_loop, line_confidences
+from ocr_app.engines.vllm import Attempt, Loop, _warnings, find_loop, line_confidences, markdown_blocks
 from ocr_app.grounding import align, normalise
 
 
@@ -85,3 +85,28 @@ def test_align_uses_each_detected_line_once_for_repeated_lines():
 
 def test_normalise_drops_markup():
     assert normalise("## **Prix** : $x^2$ <b>net</b>  ![logo](a.png)") == "prix : x 2 net"
+
+
+def test_markdown_blocks_follow_the_models_structure():
+    text = (
+        "# Quarterly report\n## Sales\nRevenue grew in\nevery region.\n\nCosts fell.\n"
+        "- north\n- south\n\n<table><tr><td>a</td></tr>\n\n<tr><td>b</td></tr></table>\n\n"
+        "| x | y |\n\n$$\nE = mc^2\n$$\n![chart](figure-1)\nSee above.\n"
+    )
+    blocks = markdown_blocks(text)
+    assert blocks == [
+        ("title", [0]),
+        ("title", [1]),
+        ("text", [2, 3]),
+        ("text", [4]),
+        ("list", [5, 6]),
+        ("table", [7, 8]),
+        ("table", [9]),
+        ("formula", [10, 11, 12]),
+        ("figure", [13]),
+        ("text", [14]),
+    ]
+    # The indices are those of the engine's lines: the non-blank lines, as line_confidences gives them.
+    lines = line_confidences(text, [text], [0.0])
+    assert [i for _, idx in blocks for i in idx] == list(range(len(lines)))
+    assert markdown_blocks("") == [] and markdown_blocks("\n\n") == []

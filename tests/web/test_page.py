@@ -14,7 +14,7 @@ from selenium.webdriver.remote.webdriver import WebDriver
 from selenium.webdriver.remote.webelement import WebElement
 from selenium.webdriver.support.ui import WebDriverWait
 
-from ..docs import TEXTS, encode, pdf, render
+from ..docs import ARTICLE, TEXTS, encode, pdf, render, render_columns
 from ..server import Server
 
 pytestmark = pytest.mark.browser
@@ -110,6 +110,32 @@ def test_image_page_shows_boxes_over_the_image_and_the_text(page, server: Server
     assert page.find_element(By.ID, "status").text == "Done: 1 page, 4 lines."
     # No script error and no Content-Security-Policy violation on the way.
     assert [e for e in page.get_log("browser") if e["level"] == "SEVERE"] == []
+
+
+def test_block_outlines_show_with_the_toggle(page, server: Server, tmp_path):
+    doc = render_columns(ARTICLE["title"], ARTICLE["columns"])
+    path = write(tmp_path, "article.png", encode(doc.image, "PNG"))
+    api = server.ocr(path.read_bytes(), "image/png").json()["pages"][0]
+    assert [b["type"] for b in api["blocks"]] == ["title", "text", "text"]
+
+    submit(page, server.key, path)
+    [article] = results(page, 1)
+    rects = article.find_elements(By.CSS_SELECTOR, "svg.boxes rect.block")
+    assert len(rects) == len(api["blocks"])
+    assert not any(r.is_displayed() for r in rects)  # lines only, until asked
+    page.find_element(By.ID, "show-blocks").click()
+    wait(page, lambda d: all(r.is_displayed() for r in rects), 10, "block outlines not shown")
+    for rect, block in zip(rects, api["blocks"], strict=True):
+        x0, y0, x1, y1 = block["bbox"]
+        drawn = [float(rect.get_attribute(a)) for a in ("x", "y", "width", "height")]
+        assert drawn == pytest.approx([x0, y0, x1 - x0, y1 - y0], abs=1e-6)
+        assert rect.get_attribute("class") == f"block block-{block['type']}"
+    page.find_element(By.ID, "show-blocks").click()
+    wait(page, lambda d: not any(r.is_displayed() for r in rects), 10, "block outlines still shown")
+    # The text keeps its blank lines between blocks, and one span per line (hover links them to boxes).
+    pre = article.find_element(By.CSS_SELECTOR, "pre.text")
+    assert pre.get_attribute("textContent") == api["text"] and "\n\n" in api["text"]
+    assert len(pre.find_elements(By.CSS_SELECTOR, "span.line")) == len(api["lines"])
 
 
 def test_two_page_pdf_shows_both_pages_with_previews(page, server: Server, tmp_path):
