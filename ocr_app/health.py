@@ -7,7 +7,9 @@ numbers (a request never waits on a probe):
   `health_loop_lag_s` keeps the instance out for `health_loop_lag_window_s` after it was seen;
 - decode pool: a no-op task sent to the pool that has not come back within `health_decode_stall_s`
   (every worker busy past the bound, or a pool that cannot start workers), or that failed;
-- engine: requests inside the engine and no page finished for `health_engine_stall_s` (wedged).
+- engine: requests inside the engine and no page finished for `health_engine_stall_s` (wedged);
+- device: the engine's driver refuses it (NVML's "Driver/library version mismatch": libraries upgraded under
+  the loaded kernel module), read from the engine when /healthz asks.
 
 Each clears by itself when the cause is gone: the window passes, the probe comes back, a page finishes or
 the engine's requests leave.
@@ -60,7 +62,8 @@ class HealthMonitor:
             self.engine_requests -= 1
 
     def problems(self) -> list[str]:
-        """Why this instance cannot take new work in reasonable time; empty when it can. Cheap: no I/O."""
+        """Why this instance cannot take new work in reasonable time; empty when it can. Cheap: no I/O but the
+        engine's one driver call."""
         s = self.settings
         now = time.monotonic()
         found = []
@@ -83,6 +86,9 @@ class HealthMonitor:
                 f"engine wedged: {self.engine_requests} request(s) in it and no page finished for "
                 f"{now - self._engine_progress_at:.1f} s (health_engine_stall_s {s.health_engine_stall_s:g})"
             )
+        device = self.engine.device_problem()
+        if device is not None:
+            found.append(device)
         return found
 
     def _note_engine_progress(self, now: float) -> None:

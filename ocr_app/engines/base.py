@@ -112,6 +112,10 @@ class Engine(abc.ABC):
         """Free memory on the engine's device; None: the host's memory is what counts."""
         return None
 
+    def device_problem(self) -> str | None:
+        """Why the engine's device cannot take work (its driver refuses it), read per /healthz; or None."""
+        return None
+
     def metrics_collector(self):
         """A prometheus_client collector of the backend's own metrics, exported beside ours; or None."""
         return None

@@ -190,6 +190,7 @@ class VllmEngine(Engine):
         self._special: set[int] = set()
         self._watch: asyncio.Task | None = None
         self._nvml = None  # (pynvml, handle) on CUDA hosts
+        self._nvml_error: str | None = None  # why NVML could not be opened at load, if it could not
         self._dead = False
         self._vllm = None  # the lazily imported names
         self.aborted = 0  # page generations cancelled inside vLLM (ocr_vllm_aborted_requests_total)
@@ -327,7 +328,8 @@ class VllmEngine(Engine):
             pynvml = self._vllm.import_pynvml()
             pynvml.nvmlInit()
             self._nvml = (pynvml, pynvml.nvmlDeviceGetHandleByIndex(physical))
-        except Exception:  # the device string stays as the environment gave it; memory from the host
+        except Exception as err:  # the device string stays as the environment gave it; memory from the host
+            self._nvml_error = nvml_problem(err) if _is_nvml_mismatch(err) else None
             log.warning("cannot query the GPU through NVML", exc_info=True)
 
     def available_memory_mb(self) -> int | None:
@@ -338,6 +340,17 @@ class VllmEngine(Engine):
             return int(pynvml.nvmlDeviceGetMemoryInfo(handle).free // MiB)
         except Exception:
             return None
+
+    def device_problem(self) -> str | None:
+        # The driver's answer now, not at load: one NVML call (an ioctl), as available_memory_mb makes.
+        if self._nvml is None:
+            return self._nvml_error
+        pynvml, handle = self._nvml
+        try:
+            pynvml.nvmlDeviceGetMemoryInfo(handle)
+        except Exception as err:
+            return nvml_problem(err)
+        return None
 
     def metrics_collector(self):
         return _VllmMetrics(self)
@@ -545,11 +558,32 @@ class _Vllm:
         self.import_pynvml = import_pynvml
 
 
+# NVML_ERROR_LIB_RM_VERSION_MISMATCH: the user-space libraries and the loaded kernel module differ.
+NVML_LIB_RM_VERSION_MISMATCH = 18
+
+
+def _is_nvml_mismatch(err: Exception) -> bool:
+    code = getattr(err, "value", None)
+    return code == NVML_LIB_RM_VERSION_MISMATCH or "version mismatch" in str(err).lower()
+
+
+def nvml_problem(err: Exception) -> str:
+    """What /healthz says about an NVML error; the mismatch with what fixes it (nothing but a reboot does)."""
+    if _is_nvml_mismatch(err):
+        return (
+            f"NVIDIA driver/library version mismatch (NVML: {err}): the driver's libraries were upgraded "
+            "under the loaded kernel module; CUDA fails until the host is rebooted (drain it first)"
+        )
+    return f"NVML cannot read the GPU: {err}"
+
+
 def nvml_memory(pynvml, index: int) -> tuple[str, int, int]:
     """(name, free bytes, total bytes) of GPU `index` (physical) through NVML: no CUDA context."""
     try:
         pynvml.nvmlInit()
     except pynvml.NVMLError as err:
+        if _is_nvml_mismatch(err):
+            raise EngineError(nvml_problem(err)) from err
         raise EngineError(f"NVML cannot reach the NVIDIA driver: {err}") from err
     try:
         count = pynvml.nvmlDeviceGetCount()
