@@ -24,7 +24,7 @@ $(VENV_STAMP): pyproject.toml
 
 venv: $(VENV_STAMP)  ## the virtualenv with the app and its tools
 
-system-deps:  ## Debian packages for the tests and the demo (fonts, venv)
+system-deps:  ## Debian packages for the tests and the demo (fonts, venv, postgresql)
 	scripts/install-system-deps.sh
 
 browser-deps:  ## Debian's chromium and chromedriver, for make test-web

@@ -1,4 +1,7 @@
-"""Admission: at most `max_concurrency` requests in flight and `max_queue` waiting; the rest get 503."""
+"""Admission: at most `max_concurrency` requests in flight and `max_queue` waiting; the rest get 503.
+
+Bulk-job pages (ocr_app/jobs/worker.py) take the same slots, but only a slot that is free right now: they
+never queue, so an interactive request waits at most for the job pages already running."""
 
 from __future__ import annotations
 
@@ -43,6 +46,23 @@ class Admission:
         self.inflight += 1
         try:
             yield time.perf_counter() - start
+        finally:
+            self.inflight -= 1
+            self._slots.release()
+
+    def spare(self, max_queued: int = 0) -> bool:
+        """A slot is free and at most `max_queued` interactive requests wait: background work may start."""
+        return not self._slots.locked() and self.queued <= max_queued
+
+    @asynccontextmanager
+    async def spare_slot(self) -> AsyncIterator[None]:
+        """Hold a slot that spare() found free (no await between them: taking it does not wait)."""
+        if self._slots.locked():
+            raise overloaded(retry_after_s=1)
+        await self._slots.acquire()
+        self.inflight += 1
+        try:
+            yield
         finally:
             self.inflight -= 1
             self._slots.release()

@@ -14,9 +14,9 @@ from collections.abc import Callable
 from contextlib import asynccontextmanager, suppress
 from pathlib import Path
 
-from fastapi import Depends, FastAPI, Query, Request
+from fastapi import Depends, FastAPI, Header, Query, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import JSONResponse, Response, StreamingResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
@@ -27,6 +27,7 @@ from .auth import KeyStore, require_caller
 from .config import Settings
 from .documents import MULTIPART_TYPE, SUPPORTED_TYPES, normalise_media_type, parse_page_selection
 from .engines import Engine, create_engine
+from .jobs.service import Jobs, no_database
 from .logs import request_id_var
 from .metrics import Metrics
 from .pipeline import CLIENT_GONE, Job, Pipeline, Trace
@@ -36,6 +37,8 @@ from .results import (
     ErrorBody,
     ErrorDetail,
     Health,
+    JobCreated,
+    JobStatus,
     OcrResponse,
     client_gone,
     invalid_parameter,
@@ -68,6 +71,22 @@ class AppState:
         self.status = "loading"  # -> ready | unhealthy
         self.stopping = False
         engine.on_fatal = self.fatal  # a backend that dies between requests (vLLM's engine core)
+        self.jobs = (
+            Jobs(settings, self.pipeline, self.metrics, self.may_work_jobs, lambda: self.stopping)
+            if settings.database_url
+            else None
+        )
+
+    def may_work_jobs(self) -> bool:
+        return self.status == "ready" and not self.stopping and not self.admission.draining
+
+    def require_jobs(self) -> Jobs:
+        """The job service, or the 503 that says what is missing (a database, its schema)."""
+        if self.jobs is None:
+            no_database()
+        assert self.jobs is not None
+        self.jobs.check()
+        return self.jobs
 
     def health_status(self) -> tuple[str, str | None]:
         """/healthz's status and, when degraded, why."""
@@ -202,7 +221,9 @@ class RequestContext:
             return logging.DEBUG
         if status >= 500 and status not in (503, 504):
             return logging.ERROR
-        if status >= 500 or seconds >= self.state.settings.slow_request_s:
+        # An event stream lasts as long as its job: its length is no slowness.
+        slow = seconds >= self.state.settings.slow_request_s and not path.endswith("/events")
+        if status >= 500 or slow:
             return logging.WARNING
         return logging.INFO
 
@@ -225,6 +246,15 @@ class RequestContext:
                 "bytes": req_state.get("bytes"),
                 "error": req_state.get("error"),
             },
+        )
+
+
+def _check_media_type(content_type: str) -> None:
+    media_type = normalise_media_type(content_type)
+    if media_type != MULTIPART_TYPE and media_type not in SUPPORTED_TYPES:
+        raise unsupported_media_type(
+            f"unsupported Content-Type {media_type or '(none)'!r}: send multipart/form-data "
+            f"with a 'file' field, or one of {', '.join(SUPPORTED_TYPES)}"
         )
 
 
@@ -293,10 +323,14 @@ def create_app(
         interval = systemd.watchdog_interval_s()
         if interval:
             tasks.append(asyncio.create_task(state.watchdog(interval), name="watchdog"))
+        if state.jobs is not None:
+            await state.jobs.start()
         try:
             yield
         finally:
             systemd.notify("STOPPING=1")
+            if state.jobs is not None:  # its leases go back before the engine goes away
+                await state.jobs.stop()
             for t in tasks:
                 t.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
@@ -353,12 +387,7 @@ def create_app(
         if state.status != "ready":
             raise not_ready(state.status)
         content_type = request.headers.get("content-type", "")
-        media_type = normalise_media_type(content_type)
-        if media_type != MULTIPART_TYPE and media_type not in SUPPORTED_TYPES:
-            raise unsupported_media_type(
-                f"unsupported Content-Type {media_type or '(none)'!r}: send multipart/form-data "
-                f"with a 'file' field, or one of {', '.join(SUPPORTED_TYPES)}"
-            )
+        _check_media_type(content_type)
         job = Job(content_type, parse_page_selection(pages, s.max_pages), preview, max_tokens)
         _check_max_tokens(max_tokens, s.vllm_max_tokens_cap)
         _check_declared_length(request, s.max_upload_bytes)  # refused before a byte of it is read
@@ -387,6 +416,8 @@ def create_app(
                 watcher.cancel()
             request.state.bytes, request.state.pages = trace.bytes, trace.pages
 
+    _job_routes(app, state)
+
     @app.get("/healthz", response_model=Health, responses={503: {"model": Health}})
     async def healthz() -> JSONResponse:
         status, reason = state.health_status()
@@ -414,3 +445,123 @@ def create_app(
 
     app.include_router(web.router())  # the page at / (public: its own API calls carry the key)
     return app
+
+
+_JOB_ERRORS: dict[int | str, dict] = {
+    **{k: v for k, v in ERROR_RESPONSES.items() if k in (401, 422)},
+    404: {"model": ErrorBody, "description": "not_found: no such job for this API key"},
+    503: {
+        "model": ErrorBody,
+        "description": "jobs_unavailable: no database configured, or its schema is behind",
+    },
+}
+_SUBMIT_ERRORS: dict[int | str, dict] = {
+    **ERROR_RESPONSES,
+    409: {"model": ErrorBody, "description": "idempotency_conflict: the key was used for another document"},
+    429: {
+        "model": ErrorBody,
+        "description": "too_many_jobs: max_jobs_in_flight queued or running for this key",
+    },
+    503: _JOB_ERRORS[503],
+}
+
+
+def _job_urls(job_id: str) -> JobCreated:
+    base = f"/v1/jobs/{job_id}"
+    return JobCreated(
+        job_id=job_id, status_url=base, events_url=f"{base}/events", result_url=f"{base}/result"
+    )
+
+
+def _job_routes(app: FastAPI, state: AppState) -> None:
+    """POST /v1/jobs and /v1/jobs/{id}[/events|/result]: thin; the work is ocr_app/jobs/service.py's."""
+
+    @app.post(
+        "/v1/jobs",
+        status_code=202,
+        response_model=JobCreated,
+        responses=_SUBMIT_ERRORS,
+        openapi_extra=_OCR_BODY,
+        summary="Submit a document as a bulk job (read page by page by the whole fleet)",
+    )
+    async def submit_job(
+        request: Request,
+        caller: str = Depends(require_caller),
+        pages: str | None = Query(None, description="PDF/TIFF pages, e.g. 1-300", max_length=200),
+        preview: bool = Query(False, description="each page's image as the engine saw it, as a data URL"),
+        max_tokens: int | None = Query(
+            None, ge=1, description="vllm engine: the most tokens the model may write per page"
+        ),
+        idempotency_key: str | None = Header(
+            None,
+            max_length=200,
+            description="the same key and the same document (and options) return the same job",
+        ),
+    ) -> JSONResponse:
+        s = state.settings
+        jobs = state.require_jobs()
+        content_type = request.headers.get("content-type", "")
+        _check_media_type(content_type)
+        selection = parse_page_selection(pages, s.max_job_pages)
+        _check_max_tokens(max_tokens, s.vllm_max_tokens_cap)
+        _check_declared_length(request, s.max_job_bytes)
+        body = await _read_body(request, s.max_job_bytes)
+        request.state.bytes = len(body)
+        job_id, created = await jobs.submit(
+            caller, idempotency_key, body, content_type, selection, preview, max_tokens
+        )
+        headers = {"Location": f"/v1/jobs/{job_id}"} | ({} if created else {"Idempotent-Replayed": "true"})
+        return JSONResponse(_job_urls(str(job_id)).model_dump(), status_code=202, headers=headers)
+
+    @app.get("/v1/jobs/{job_id}", response_model=JobStatus, responses=_JOB_ERRORS, summary="A job's status")
+    async def job_status(job_id: str, caller: str = Depends(require_caller)) -> JobStatus:
+        return JobStatus(**await state.require_jobs().status(caller, job_id))
+
+    @app.delete(
+        "/v1/jobs/{job_id}",
+        response_model=JobStatus,
+        responses=_JOB_ERRORS,
+        summary="Cancel a job: its pages not yet started are not run",
+    )
+    async def cancel_job(job_id: str, caller: str = Depends(require_caller)) -> JobStatus:
+        return JobStatus(**await state.require_jobs().cancel(caller, job_id))
+
+    @app.get(
+        "/v1/jobs/{job_id}/events",
+        responses={**_JOB_ERRORS, 200: {"content": {"text/event-stream": {}}, "description": "the events"}},
+        response_class=StreamingResponse,
+        summary="Server-Sent Events: progress, then a page event per page in order (id: the page), then done",
+    )
+    async def job_events(
+        job_id: str,
+        caller: str = Depends(require_caller),
+        last_event_id: str | None = Header(
+            None, max_length=20, description="resume after this page (the id of the last page event)"
+        ),
+    ) -> StreamingResponse:
+        stream = await state.require_jobs().events(caller, job_id, last_event_id)
+        return StreamingResponse(
+            stream,
+            media_type="text/event-stream",
+            headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
+        )
+
+    @app.get(
+        "/v1/jobs/{job_id}/result",
+        responses={
+            **_JOB_ERRORS,
+            409: {"model": ErrorBody, "description": "job_not_finished"},
+            200: {
+                "content": {"application/json": {}, "application/x-ndjson": {}},
+                "description": "the pages",
+            },
+        },
+        response_class=StreamingResponse,
+        summary="A finished job's pages in order: JSON, or JSON Lines with Accept: application/x-ndjson",
+    )
+    async def job_result(
+        job_id: str, request: Request, caller: str = Depends(require_caller)
+    ) -> StreamingResponse:
+        ndjson = "application/x-ndjson" in request.headers.get("accept", "")
+        stream = await state.require_jobs().result(caller, job_id, ndjson)
+        return StreamingResponse(stream, media_type="application/x-ndjson" if ndjson else "application/json")

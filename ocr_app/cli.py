@@ -1,4 +1,4 @@
-"""ocr-app: serve | check | keys | manifest | verify | rapidocr-models | ocr."""
+"""ocr-app: serve | check | keys | manifest | verify | rapidocr-models | ocr | db."""
 
 from __future__ import annotations
 
@@ -247,6 +247,29 @@ def cmd_ocr(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_db(args: argparse.Namespace) -> int:
+    """The job database's schema: `status` (exit 1 while behind this release), `upgrade`."""
+    import psycopg
+
+    from .jobs import schema
+
+    settings = _settings(args)
+    if not settings.database_url:
+        raise ConfigError("database_url is not set (env OCR_APP_DATABASE_URL): there is no job database")
+    try:
+        with psycopg.connect(settings.database_url, autocommit=True, connect_timeout=10) as conn:
+            if args.db_cmd == "upgrade":
+                applied = schema.upgrade(conn)
+                print(f"applied {applied}" if applied else "nothing to apply", end="; ")
+            at = schema.status(conn)
+    except psycopg.Error as err:  # its message names the host, never the password
+        print(f"ocr-app: job database: {err}", file=sys.stderr)
+        return 1
+    verdict = "current" if at >= schema.LATEST else "BEHIND"
+    print(f"schema version {at}, this release needs {schema.LATEST}: {verdict}")
+    return 0 if at >= schema.LATEST else 1
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="ocr-app", description=__doc__)
     p.add_argument("--version", action="version", version=f"ocr-app {__version__}")
@@ -305,6 +328,12 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--insecure", action="store_true", help="do not verify TLS certificates")
     s.add_argument("--timeout", type=float, default=120.0)
     s.set_defaults(func=cmd_ocr)
+
+    db = sub.add_parser("db", help="the job database's schema (database_url)")
+    dsub = db.add_subparsers(dest="db_cmd", required=True)
+    with_config(dsub.add_parser("status", help="the schema's version; exit 1 while behind this release"))
+    with_config(dsub.add_parser("upgrade", help="apply the migrations this release needs (idempotent)"))
+    db.set_defaults(func=cmd_db)
     return p
 
 

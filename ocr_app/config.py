@@ -95,6 +95,22 @@ class Settings(BaseSettings):
     # Address space per worker: a 50 MP page's RGBA and RGB copies, 50 pages at 1540 px, the libraries.
     decode_memory_mb: int = Field(2048, ge=256, le=1_048_576)
 
+    # Bulk jobs (ocr_app/jobs/): PostgreSQL holds their state, every instance works them. Without
+    # database_url the /v1/jobs routes answer 503. A libpq URL, e.g. postgresql://ocr@db/ocr?sslmode=verify-full
+    # (a secret when it holds a password: never logged).
+    database_url: str | None = None
+    job_range_pages: int = Field(8, ge=1, le=1000)  # pages per claim (a lease covers one range)
+    job_lease_s: float = Field(60.0, ge=1.0)  # a range whose lease is not renewed for this long is reclaimed
+    job_poll_s: float = Field(1.0, gt=0)  # how often an idle worker looks for ranges, events for pages
+    # Result-expiry timer, fleet-wide metrics and the schema check run this often.
+    job_sweep_s: float = Field(30.0, gt=0)
+    job_result_ttl_s: float = Field(24 * 3600.0, gt=0)  # a finished job (status, pages) is deleted after it
+    max_job_bytes: int = Field(200 * MiB, ge=1024)
+    max_job_pages: int = Field(2000, ge=1, le=100_000)
+    max_jobs_in_flight: int = Field(8, ge=1, le=10_000)  # queued or running jobs per API key
+    # Job pages are taken only while at most this many interactive requests wait for a slot.
+    job_claim_max_queue: int = Field(0, ge=0)
+
     # Lifecycle
     drain_file: Path | None = Path("/run/ocr-app/drain")
     shutdown_grace_s: float = Field(30.0, ge=0)

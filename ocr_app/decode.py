@@ -14,6 +14,7 @@ raw RGB bytes and their size.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 import multiprocessing
 import os
@@ -119,6 +120,22 @@ def decode_document(request: DecodeRequest, limits: Limits, cpu_s: int) -> list[
         _set_cpu_soft_limit(None)  # never SIGXCPU while pebble sends the result (it holds a lock then)
 
 
+def count_document_pages(request: DecodeRequest, bound: int, cpu_s: int) -> tuple[int, str]:
+    """In a worker: the page count of the document (at most `bound`) and its sha256 (a multipart body's file,
+    so that the same document sent twice has one fingerprint whatever its boundary)."""
+    _set_cpu_soft_limit(int(_cpu_used_s()) + 1 + cpu_s)
+    try:
+        body, media_type = request.body, request.media_type
+        if media_type == MULTIPART_TYPE:
+            body, media_type = documents.extract_multipart_file(body, request.content_type)
+        count = documents.count_pages(body, documents.classify(body, media_type), bound)
+        return count, hashlib.sha256(body).hexdigest()
+    except MemoryError:
+        raise memory_limit() from None
+    finally:
+        _set_cpu_soft_limit(None)
+
+
 def _probe() -> int:
     """In a worker: nothing; that it comes back is the answer (HealthMonitor)."""
     return os.getpid()
@@ -187,14 +204,23 @@ class DecodePool:
 
     async def decode(self, request: DecodeRequest, deadline_s: float) -> list[PageImage]:
         """The pages; at `deadline_s` (time.monotonic()) or when cancelled, its worker is killed."""
+        pages = await self._run(decode_document, (request, self.limits, self.bounds.cpu_s), deadline_s)
+        # Off the event loop: a 50-page PDF is 50 copies of up to 9 MB.
+        return await asyncio.to_thread(lambda: [p.to_page_image() for p in pages])
+
+    async def count_pages(self, request: DecodeRequest, bound: int, deadline_s: float) -> tuple[int, str]:
+        """The document's page count (at most `bound`) and sha256, in a worker bound as decode() is."""
+        return await self._run(count_document_pages, (request, bound, self.bounds.cpu_s), deadline_s)
+
+    async def _run(self, fn: Callable, args: tuple, deadline_s: float):
         future = self._running_pool().schedule(
-            decode_document,
-            args=(request, self.limits, self.bounds.cpu_s),
+            fn,
+            args=args,
             # A backstop to the caller's asyncio deadline: pebble times a task from its start.
             timeout=max(0.1, deadline_s - time.monotonic()),
         )
         try:
-            pages = await asyncio.wrap_future(future)
+            return await asyncio.wrap_future(future)
         except asyncio.CancelledError as err:  # the request's deadline, or its client left (the reason)
             # pebble kills the worker running it and starts another; or its backstop, timed from the same
             # deadline, has just done so.
@@ -210,8 +236,6 @@ class DecodePool:
             raise error from None
         except BrokenProcessPool:
             raise not_ready("decode pool restarting") from None
-        # Off the event loop: a 50-page PDF is 50 copies of up to 9 MB.
-        return await asyncio.to_thread(lambda: [p.to_page_image() for p in pages])
 
     def _expired(self, err: ProcessExpired) -> tuple[str, ApiError]:
         if err.exitcode == -signal.SIGXCPU:

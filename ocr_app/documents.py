@@ -203,6 +203,28 @@ def load_pages(
     return pages
 
 
+def count_pages(data: bytes, media_type: str, bound: int) -> int:
+    """The document's page (PDF) or frame (TIFF) count, or `bound` if it has at least that many; nothing is
+    rendered. What a bulk job splits into page ranges."""
+    if media_type == PDF_TYPE:
+        with _PDFIUM_LOCK:
+            try:
+                pdf = pdfium.PdfDocument(data)
+            except pdfium.PdfiumError as err:
+                raise invalid_image(f"cannot open PDF: {err}") from None
+            try:
+                return min(len(pdf), bound)
+            finally:
+                pdf.close()
+    try:
+        im = Image.open(BytesIO(data), formats=list(RASTER_TYPES.values()))
+        return _count_frames(im, bound)
+    except Image.DecompressionBombError as err:
+        raise too_large("image_too_large", str(err)) from None
+    except (UnidentifiedImageError, OSError, SyntaxError, ValueError, TypeError, KeyError, IndexError) as err:
+        raise invalid_image(f"cannot decode image: {err}") from None
+
+
 def preview_data_url(image: Image.Image) -> str:
     """`data:image/jpeg;base64,...` of the image the engine sees (EXIF applied, PDF rendered), longest
     side at most PREVIEW_MAX_SIDE: the picture that a page's normalised bboxes are drawn over."""

@@ -58,6 +58,31 @@ class Metrics:
             buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
             registry=r,
         )
+        # Bulk jobs (ocr_app/jobs/). The first three are the job database's, fleet-wide, as this instance last
+        # read them (every job_sweep_s): aggregate them with max(), not sum().
+        self.jobs = Gauge(
+            "ocr_jobs", "Jobs in the job database, by status (fleet-wide)", ["status"], registry=r
+        )
+        for status in ("queued", "running", "done", "failed", "cancelled"):
+            self.jobs.labels(status)
+        self.job_pages_queued = Gauge(
+            "ocr_job_pages_queued", "Job pages waiting for a worker (fleet-wide)", registry=r
+        )
+        self.job_oldest_queued = Gauge(
+            "ocr_job_oldest_queued_seconds",
+            "Age of the longest-waiting job page range (fleet-wide)",
+            registry=r,
+        )
+        self.job_lease_expiries = Counter(
+            "ocr_job_lease_expiries",
+            "Page ranges this instance claimed after their previous owner's lease expired (a dead worker)",
+            registry=r,
+        )
+        self.job_pages = Counter(
+            "ocr_job_pages", "Job pages this instance wrote, by outcome (ok, failed)", ["outcome"], registry=r
+        )
+        for outcome in ("ok", "failed"):
+            self.job_pages.labels(outcome)
         self.inflight = Gauge("ocr_inflight_requests", "OCR requests being processed", registry=r)
         self.queue_depth = Gauge("ocr_queue_depth", "OCR requests waiting for a slot", registry=r)
         self.model_loaded = Gauge("ocr_model_loaded", "1 once the engine passed its self-test", registry=r)

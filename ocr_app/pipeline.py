@@ -88,29 +88,19 @@ class Pipeline:
                 t_pre = time.perf_counter()
                 body = await read_body()
                 trace.bytes = len(body)
-                # Multipart parsing included: a worker that passes the deadline is killed with its work.
-                images = await self.decode_pool.decode(
-                    DecodeRequest(body, job.content_type, job.selection, job.preview), deadline
-                )
+                pages, t_inf, t_done = await self._read(body, job, deadline, trace)
                 del body
-                trace.pages = len(images)
-                t_inf = time.perf_counter()
-                with self.health.engine_work():
-                    engine_pages = await self.engine.recognize(images, max_tokens=job.max_tokens)
-                t_done = time.perf_counter()
         except TimeoutError:
             raise timeout(timeout_s) from None
         except EngineError:  # the engine died under this request; its on_fatal has been called
             raise not_ready("unhealthy") from None
 
-        self.metrics.pages.inc(len(images))
-        self.metrics.inference.observe(t_done - t_inf)
         ms = 1000.0
         return OcrResponse(
             request_id=request_id,
             engine=self.engine.name,
             model=self.engine.model,
-            pages=[_page(img, ep) for img, ep in zip(images, engine_pages, strict=True)],
+            pages=pages,
             timings_ms=Timings(
                 queue=round(queued_s * ms, 2),
                 preprocess=round((t_inf - t_pre) * ms, 2),
@@ -118,6 +108,36 @@ class Pipeline:
                 total=round((time.perf_counter() - started) * ms, 2),
             ),
         )
+
+    async def run_background(self, body: bytes, job: Job) -> list[Page]:
+        """A bulk job's pages (ocr_app/jobs/worker.py), read exactly as run() reads them, in a slot that
+        Admission.spare() found free (never queued), within request_timeout_s. Raises ApiError as run()."""
+        timeout_s = self.settings.request_timeout_s
+        try:
+            async with asyncio.timeout(timeout_s), self.admission.spare_slot():
+                pages, _, _ = await self._read(body, job, time.monotonic() + timeout_s, Trace())
+        except TimeoutError:
+            raise timeout(timeout_s) from None
+        except EngineError:
+            raise not_ready("unhealthy") from None
+        return pages
+
+    async def _read(
+        self, body: bytes, job: Job, deadline: float, trace: Trace
+    ) -> tuple[list[Page], float, float]:
+        """Decode -> engine -> the response's pages, with the times the engine started and finished."""
+        # Multipart parsing included: a worker that passes the deadline is killed with its work.
+        images = await self.decode_pool.decode(
+            DecodeRequest(body, job.content_type, job.selection, job.preview), deadline
+        )
+        trace.pages = len(images)
+        t_inf = time.perf_counter()
+        with self.health.engine_work():
+            engine_pages = await self.engine.recognize(images, max_tokens=job.max_tokens)
+        t_done = time.perf_counter()
+        self.metrics.pages.inc(len(images))
+        self.metrics.inference.observe(t_done - t_inf)
+        return [_page(img, ep) for img, ep in zip(images, engine_pages, strict=True)], t_inf, t_done
 
 
 def _page(img: PageImage, ep: EnginePage) -> Page:

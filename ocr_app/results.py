@@ -157,6 +157,62 @@ def timeout(seconds: float) -> ApiError:
     return ApiError(504, "timeout", f"request did not finish within {seconds:g} s and was cancelled")
 
 
+def jobs_unavailable(message: str) -> ApiError:
+    return ApiError(503, "jobs_unavailable", message, {"Retry-After": "5"})
+
+
+def job_not_found() -> ApiError:
+    return ApiError(404, "not_found", "no such job for this API key")
+
+
+def idempotency_conflict() -> ApiError:
+    return ApiError(
+        409, "idempotency_conflict", "this Idempotency-Key was used for another document or other options"
+    )
+
+
+def job_not_finished(status: str) -> ApiError:
+    return ApiError(409, "job_not_finished", f"the job is {status}: its result is ready once it is finished")
+
+
+def too_many_jobs(limit: int) -> ApiError:
+    return ApiError(
+        429,
+        "too_many_jobs",
+        f"this API key has {limit} jobs queued or running (max_jobs_in_flight); retry once one finishes",
+        {"Retry-After": "10"},
+    )
+
+
+class JobCreated(BaseModel):
+    job_id: str
+    status_url: str
+    events_url: str
+    result_url: str
+
+
+class JobPages(BaseModel):
+    total: int
+    done: int = Field(description="pages read")
+    failed: int = Field(description="pages that could not be read (see errors)")
+
+
+class PageError(BaseModel):
+    page: int
+    error: dict[str, str] = Field(description="{code, message}: as /v1/ocr would have answered the page")
+
+
+class JobStatus(BaseModel):
+    job_id: str
+    status: Literal["queued", "running", "done", "failed", "cancelled"]
+    pages: JobPages
+    created_at: str
+    started_at: str | None
+    finished_at: str | None
+    expires_at: str | None = Field(description="when the job and its results are deleted (job_result_ttl_s)")
+    errors: list[PageError]
+
+
 # Documented in OpenAPI for /v1/ocr.
 ERROR_RESPONSES: dict[int | str, dict] = {
     s: {"model": ErrorBody, "description": d}

@@ -8,6 +8,7 @@ pkgs=(
   python3-venv        # the project's virtualenv
   fonts-dejavu-core   # Latin test documents
   fonts-wqy-microhei  # Chinese and Japanese test documents
+  postgresql          # the job store: make test-app starts a throw-away cluster with its server binaries
 )
 if [ "${1:-}" = browser ]; then
   pkgs+=(

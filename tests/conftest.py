@@ -18,3 +18,13 @@ def server(tmp_path_factory) -> Server:
     srv = Server(tmp_path_factory.mktemp("server"), rapidocr_workers=2, max_concurrency=2).start()
     yield srv
     assert srv.stop() == 0, srv.logs()[-2000:]
+
+
+@pytest.fixture(scope="session")
+def postgres():
+    """One throw-away PostgreSQL cluster for the session; each user creates its own database in it."""
+    from .postgres import Cluster
+
+    cluster = Cluster().start()
+    yield cluster
+    cluster.stop()

@@ -1,0 +1,155 @@
+"""What the job routes call: validation against the job limits, the store, the worker's lifecycle.
+
+Every read filters by the caller's key name: another key's job is a 404, as one that does not exist.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable
+from contextlib import contextmanager
+
+import psycopg
+
+from ..config import Settings
+from ..decode import DecodeRequest
+from ..metrics import Metrics
+from ..pipeline import Pipeline
+from ..results import invalid_parameter, job_not_finished, job_not_found, jobs_unavailable, too_large
+from . import events
+from .store import FINISHED, JobStore, unavailable
+from .worker import JobWorker
+
+NO_DATABASE = (
+    "bulk jobs need a PostgreSQL database: set database_url (env OCR_APP_DATABASE_URL) and run "
+    "`ocr-app db upgrade` once"
+)
+
+
+@contextmanager
+def _database():
+    try:
+        yield
+    except psycopg.Error as err:  # the pool's timeout included
+        raise unavailable(err) from None
+
+
+def _job_id(text: str) -> uuid.UUID:
+    try:
+        return uuid.UUID(text)
+    except ValueError:
+        raise job_not_found() from None
+
+
+class Jobs:
+    def __init__(
+        self,
+        settings: Settings,
+        pipeline: Pipeline,
+        metrics: Metrics,
+        may_work: Callable[[], bool],
+        stopping: Callable[[], bool],
+    ):
+        assert settings.database_url is not None
+        self.settings = settings
+        self.pipeline = pipeline
+        self.stopping = stopping
+        self.store = JobStore(settings.database_url, max_connections=4 + 2 * settings.max_concurrency)
+        self.worker = JobWorker(settings, self.store, pipeline, metrics, may_work)
+
+    async def start(self) -> None:
+        await self.store.open()
+        self.worker.start()
+
+    async def stop(self) -> None:
+        await self.worker.stop()
+        await self.store.close()
+
+    def check(self) -> None:
+        refusal = self.store.refusal()
+        if refusal is not None:
+            raise refusal
+
+    async def submit(
+        self,
+        owner: str,
+        idempotency_key: str | None,
+        body: bytes,
+        content_type: str,
+        selection: list[int] | None,
+        preview: bool,
+        max_tokens: int | None,
+    ) -> tuple[uuid.UUID, bool]:
+        s = self.settings
+        bound = selection[-1] if selection else s.max_job_pages + 1
+        count, digest = await self.pipeline.decode_pool.count_pages(
+            DecodeRequest(body, content_type), bound, time.monotonic() + s.request_timeout_s
+        )
+        if selection is None:
+            if count > s.max_job_pages:
+                raise too_large(
+                    "too_many_pages", f"the document has more than {s.max_job_pages} pages (max_job_pages)"
+                )
+            selection = list(range(1, count + 1))
+        elif selection[-1] > count:
+            raise invalid_parameter(f"page {selection[-1]} is out of range: the document has {count} page(s)")
+        options = {"preview": preview, "max_tokens": max_tokens}
+        fingerprint = hashlib.sha256(
+            json.dumps({"document": digest, "pages": selection, **options}, sort_keys=True).encode()
+        ).hexdigest()
+        with _database():
+            return await self.store.create(
+                owner,
+                idempotency_key,
+                fingerprint,
+                content_type,
+                options,
+                selection,
+                body,
+                s.job_range_pages,
+                s.max_jobs_in_flight,
+            )
+
+    async def status(self, owner: str, job_id: str) -> dict:
+        with _database():
+            found = await self.store.status(owner, _job_id(job_id))
+        if found is None:
+            raise job_not_found()
+        return found
+
+    async def cancel(self, owner: str, job_id: str) -> dict:
+        with _database():
+            if not await self.store.cancel(owner, _job_id(job_id), self.settings.job_result_ttl_s):
+                raise job_not_found()
+        return await self.status(owner, job_id)
+
+    async def events(self, owner: str, job_id: str, last_event_id: str | None) -> AsyncIterator[str]:
+        after = 0
+        if last_event_id:
+            if not last_event_id.strip().isdigit():
+                raise invalid_parameter("Last-Event-ID must be a page number (the id of the last page event)")
+            after = int(last_event_id)
+        jid = _job_id(job_id)
+        with _database():
+            pages = await self.store.pages_of(owner, jid)
+        if pages is None:
+            raise job_not_found()
+        return events.sse(self.store, jid, pages, after, self.settings.job_poll_s, self.stopping)
+
+    async def result(self, owner: str, job_id: str, ndjson: bool) -> AsyncIterator[str]:
+        found = await self.status(owner, job_id)
+        if found["status"] not in FINISHED:
+            raise job_not_finished(found["status"])
+        jid = _job_id(job_id)
+        return (
+            events.result_ndjson(self.store, jid)
+            if ndjson
+            else events.result_json(self.store, jid, found["status"])
+        )
+
+
+def no_database() -> None:
+    raise jobs_unavailable(NO_DATABASE)

@@ -1,0 +1,173 @@
+"""The in-process job worker: claims page ranges while this instance has spare capacity, reads their pages
+through the Pipeline (as /v1/ocr reads them), keeps its leases alive, and gives them back when it stops.
+
+Loops, one owner each: `max_concurrency` claimers (a page each at most, in admission's spare slots), the
+heartbeat (every lease renewed at a third of job_lease_s), and the timer (schema check, result expiry,
+fleet-wide metrics, every job_sweep_s).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import socket
+import time
+import uuid
+from collections.abc import Callable
+from contextlib import suppress
+
+import psycopg
+
+from ..config import Settings
+from ..metrics import Metrics
+from ..pipeline import Job, Pipeline
+from ..results import ApiError
+from .store import Claim, JobStore
+
+log = logging.getLogger("ocr_app.jobs")
+
+
+class JobWorker:
+    def __init__(
+        self,
+        settings: Settings,
+        store: JobStore,
+        pipeline: Pipeline,
+        metrics: Metrics,
+        may_work: Callable[[], bool],
+    ):
+        self.settings = settings
+        self.store = store
+        self.pipeline = pipeline
+        self.metrics = metrics
+        self.may_work = may_work  # the engine is ready, the instance neither draining nor stopping
+        # Unique per process: a restarted instance never renews its predecessor's leases.
+        self.id = f"{socket.gethostname()}:{settings.port}:{os.getpid()}"
+        self._tasks: list[asyncio.Task] = []
+        # When a claim last found nothing: the claimers then wait job_poll_s together, so an idle instance
+        # asks the database about once per job_poll_s however many claimers it runs.
+        self._empty_at = -float("inf")
+        # The ranges being read now: the heartbeat renews these only, so a range given up on an error is
+        # never kept alive by the heartbeat; its lease expires and another worker takes it.
+        self._held: dict[tuple[uuid.UUID, int], Claim] = {}
+
+    def start(self) -> None:
+        self._tasks = [asyncio.create_task(self._timer(), name="jobs-timer")]
+        self._tasks.append(asyncio.create_task(self._heartbeat(), name="jobs-heartbeat"))
+        self._tasks += [
+            asyncio.create_task(self._claimer(), name=f"jobs-claimer-{i}")
+            for i in range(self.settings.max_concurrency)
+        ]
+
+    async def stop(self) -> None:
+        """Stop working and give every lease back, so other instances take the ranges at once."""
+        for t in self._tasks:
+            t.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        with suppress(psycopg.Error):
+            released = await self.store.release(self.id)
+            if released:
+                log.info("job leases released", extra={"ranges": released})
+
+    def _claimable(self) -> bool:
+        return (
+            self.store.refusal() is None
+            and self.may_work()
+            and self.pipeline.admission.spare(self.settings.job_claim_max_queue)
+        )
+
+    async def _claimer(self) -> None:
+        poll = self.settings.job_poll_s
+        while True:
+            if not self._claimable() or time.monotonic() - self._empty_at < poll:
+                await asyncio.sleep(min(poll, 0.1))
+                continue
+            try:
+                claim = await self.store.claim(self.id, self.settings.job_lease_s)
+                if claim is None:
+                    self._empty_at = time.monotonic()
+                    continue
+                if claim.reclaimed:
+                    self.metrics.job_lease_expiries.inc()
+                    log.warning(
+                        "job range reclaimed after its lease expired",
+                        extra={"job_id": str(claim.job_id), "first_page": claim.first_page},
+                    )
+                key = (claim.job_id, claim.first_page)
+                self._held[key] = claim
+                try:
+                    await self._work(claim)
+                finally:
+                    del self._held[key]
+            except psycopg.Error as err:  # the database is away: its leases expire, the ranges come back
+                log.warning("job worker: database error: %s", err)
+                await asyncio.sleep(poll)
+            except Exception:  # a bug must not stop this instance's share of the work for good
+                log.exception("job worker: unexpected error")
+                await asyncio.sleep(poll)
+
+    async def _work(self, claim: Claim) -> None:
+        body = await self.store.document(claim.job_id)
+        if body is None:  # cancelled (or finished) since the claim: nothing to read
+            return
+        written = await self.store.written(claim.job_id, claim.pages)
+        for page in claim.pages:
+            if page in written:  # the range's previous owner wrote it before it died
+                continue
+            # Renewed before each page: a range lost meanwhile (cancelled, or reclaimed) stops here.
+            if not await self.store.keep(claim, self.id, self.settings.job_lease_s):
+                return
+            if not await self._wait_for_slot():
+                await self.store.release(self.id, claim)
+                return
+            opts = claim.options
+            job = Job(claim.content_type, [page], opts.get("preview", False), opts.get("max_tokens"))
+            try:  # no await between the slot found spare and run_background taking it
+                result = (await self.pipeline.run_background(body, job))[0].model_dump_json()
+                error = None
+            except ApiError as err:
+                if err.status == 503:  # this instance's trouble (engine, decode pool, busy), not the page's
+                    await self.store.release(self.id, claim)
+                    await asyncio.sleep(self.settings.job_poll_s)
+                    return
+                result, error = None, {"code": err.code, "message": err.message}
+            if await self.store.write_page(claim.job_id, page, result, error, self.id):
+                self.metrics.job_pages.labels("ok" if error is None else "failed").inc()
+        status = await self.store.finish_range(claim, self.id, self.settings.job_result_ttl_s)
+        if status is not None:
+            log.info("job finished", extra={"job_id": str(claim.job_id), "status": status})
+
+    async def _wait_for_slot(self) -> bool:
+        """Until admission has a spare slot; False when this instance stops working (drain, stop)."""
+        while not self.pipeline.admission.spare(self.settings.job_claim_max_queue):
+            if not self.may_work():
+                return False
+            await asyncio.sleep(0.02)  # a poll interval: interactive requests come first
+        return self.may_work()
+
+    async def _heartbeat(self) -> None:
+        while True:
+            await asyncio.sleep(self.settings.job_lease_s / 3)
+            for claim in list(self._held.values()):
+                try:
+                    await self.store.keep(claim, self.id, self.settings.job_lease_s)
+                except psycopg.Error as err:
+                    log.warning("job lease renewal failed: %s", err)
+
+    async def _timer(self) -> None:
+        while True:
+            try:
+                await self.store.check_schema()
+                if self.store.refusal() is None:
+                    deleted = await self.store.sweep()
+                    if deleted:
+                        log.info("expired jobs deleted", extra={"jobs": deleted})
+                    by_status, pages_queued, oldest_s = await self.store.stats()
+                    for status in ("queued", "running", "done", "failed", "cancelled"):
+                        self.metrics.jobs.labels(status).set(by_status.get(status, 0))
+                    self.metrics.job_pages_queued.set(pages_queued)
+                    self.metrics.job_oldest_queued.set(oldest_s)
+            except psycopg.Error as err:
+                log.warning("job timer: database error: %s", err)
+            await asyncio.sleep(self.settings.job_sweep_s)

@@ -1,0 +1,92 @@
+"""The job store's guarantees, on the real PostgreSQL (tests/postgres.py), below the HTTP layer: a page is
+written once whoever replays it, a lease that is not renewed lets another worker claim its range, two
+workers never hold the same range, and a cancelled job's ranges are not claimed."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import psycopg
+import pytest
+
+from ocr_app.jobs import schema
+from ocr_app.jobs.store import JobStore
+
+
+@pytest.fixture
+def url(postgres, request):
+    url = postgres.create_database(
+        f"store_{request.node.name[5:40]}"
+    )  # a database each: no test sees another's
+    with psycopg.connect(url, autocommit=True) as conn:
+        assert schema.upgrade(conn) == [m[0] for m in schema.MIGRATIONS]
+        assert schema.upgrade(conn) == []  # applied once
+        assert schema.status(conn) == schema.LATEST
+    return url
+
+
+def run(url: str, scenario) -> object:
+    async def main():
+        store = JobStore(url)
+        await store.open()
+        try:
+            return await scenario(store)
+        finally:
+            await store.close()
+
+    return asyncio.run(main())
+
+
+async def new_job(store: JobStore, owner: str, pages: list[int], range_pages: int = 2):
+    job_id, created = await store.create(owner, None, owner, "image/png", {}, pages, b"doc", range_pages, 100)
+    assert created
+    return job_id
+
+
+def test_a_replayed_page_changes_nothing(url):
+    async def scenario(store: JobStore):
+        job_id = await new_job(store, "replay", [1, 2])
+        claim = await store.claim("w1", 30)
+        assert claim is not None and claim.job_id == job_id and claim.pages == [1, 2]
+        assert await store.write_page(job_id, 1, '{"page": 1, "text": "first"}', None, "w1")
+        assert not await store.write_page(job_id, 1, '{"page": 1, "text": "second"}', None, "w2")
+        assert not await store.write_page(job_id, 1, None, {"code": "x", "message": "y"}, "w2")
+        return [(r.page, r.result, r.error) for r in await store.finished_pages(job_id, 0)]
+
+    assert run(url, scenario) == [(1, '{"page": 1, "text": "first"}', None)]
+
+
+def test_an_expired_lease_is_claimed_by_another_worker_and_two_never_share_a_range(url):
+    async def scenario(store: JobStore):
+        job_id = await new_job(store, "lease", [1, 2, 3, 4])
+        first = await store.claim("dead", 1)
+        second = await store.claim("alive", 30)
+        assert first is not None and second is not None
+        assert {first.first_page, second.first_page} == {1, 3}  # SKIP LOCKED / leased: different ranges
+        assert await store.claim("alive", 30) is None  # nothing else is claimable while leases hold
+        deadline = time.monotonic() + 30
+        # Polls the database's clock past the dead worker's lease (no event can say when it passes).
+        while (again := await store.claim("alive", 30)) is None and time.monotonic() < deadline:  # noqa: ASYNC110
+            await asyncio.sleep(0.05)
+        assert again is not None and again.reclaimed and again.first_page == first.first_page
+        assert not await store.keep(first, "dead", 30)  # the dead worker's lease is gone
+        assert await store.keep(again, "alive", 30)
+        return job_id
+
+    run(url, scenario)
+
+
+def test_a_cancelled_jobs_ranges_are_not_claimed(url):
+    async def scenario(store: JobStore):
+        job_id = await new_job(store, "cancel", [1, 2, 3])
+        claim = await store.claim("w", 30)
+        assert claim is not None and claim.job_id == job_id
+        assert await store.cancel("cancel", job_id, 60)
+        assert not await store.keep(claim, "w", 30)  # the running range stops before its next page
+        assert await store.claim("w", 30) is None
+        assert await store.document(job_id) is None
+        assert await store.finish_range(claim, "w", 60) is None  # cancelled stays cancelled
+        return (await store.status("cancel", job_id))["status"]
+
+    assert run(url, scenario) == "cancelled"
