@@ -6,8 +6,9 @@ app version and a new model revision through the fleet, then a newer release wit
 revision (its files match their manifest and it passes its self-test, but its dictionary has its letters
 rotated, so the smoke test misreads): the first host must be rolled back to the good release and model, the
 play must stop, the fleet must keep serving the good version, and no request may fail in either rollout.
-Then a third rollout's control node dies (ansible-playbook and its workers killed) while app-1 is drained:
-app-1 stays out of the pool, and a plain re-run of upgrade.yml brings it back and finishes the rollout. No
+Then a third rollout (the newer release, already staged by the broken one, with the good model) has its
+control node die (ansible-playbook and its workers killed) while app-1 is drained: app-1 stays out of the
+pool, and a plain re-run of upgrade.yml brings it back and finishes the rollout, installing nothing again. No
 output of any run may hold the fleet's API key (the smoke test sends it). Prints `failed_requests=F
 total_requests=N` once, for the whole scenario, and `model_upgrade: ...`.
 """
@@ -164,8 +165,9 @@ def test_rolling_upgrades_under_load(fleet, tmp_path):
         assert load.total > after_good
 
         # --- an interrupted rollout: the control node dies while app-1 is drained; a re-run finishes it ----
-        resumed = f"{old}+fleet.4"
-        resumed_wh = derive_wheelhouse(base, tmp_path / "resumed", resumed)
+        # The newer release, this time with the good model: the broken rollout staged it everywhere, so this
+        # one finds it complete and copies nothing (a staged release is reused, not installed again).
+        resumed, resumed_wh = newer, newer_wh
         victim, after = fleet.apps[0], fleet.apps[1]
         extravars = {"ocr_app_wheelhouse_dir": str(resumed_wh), "ocr_model_revision": good_model}
         killed: list = []
@@ -194,6 +196,11 @@ def test_rolling_upgrades_under_load(fleet, tmp_path):
         runs.append(r)
         rerun_s = time.monotonic() - t0
         assert r.rc == 0, F.failures(r)
+        installs = [
+            (h, t) for run in (killed[0], r) for h, t in task_order(run, "Check the fleet")
+            if t == "Install the app and its dependencies from the wheelhouse"
+        ]  # fmt: skip
+        assert installs == [], "the staged release was installed again"
         assert not load.exhausted, "the load ended before the rollout did"
         for h in fleet.apps:
             assert current_release(fleet, h) == resumed, h
