@@ -9,7 +9,9 @@ play must stop, the fleet must keep serving the good version, and no request may
 Then a third rollout (the newer release, already staged by the broken one, with the good model) has its
 control node die (ansible-playbook and its workers killed) while app-1 is drained: app-1 stays out of the
 pool, and a plain re-run of upgrade.yml brings it back and finishes the rollout, installing nothing again. No
-output of any run may hold the fleet's API key (the smoke test sends it). Prints `failed_requests=F
+output of any run may hold the fleet's API key (the smoke test sends it). Each staging copies only what the
+hosts lack: the new app wheel (and a cached wheel damaged on purpose), the changed model files (the others
+are hard-linked from the installed revision). Prints `failed_requests=F
 total_requests=N` once, for the whole scenario, and `model_upgrade: ...`.
 """
 
@@ -76,6 +78,15 @@ def invocations(fleet: F.Fleet, host: str) -> list[str]:
     return fleet.lab.exec(host, ["systemctl", "show", "-p", "InvocationID", "--value", *units]).stdout.split()
 
 
+def results(r, task_prefix: str) -> dict[str, dict]:
+    """Each host's result of the task whose name starts with task_prefix (one run of it per host)."""
+    return {
+        e["event_data"]["host"]: e["event_data"]["res"]
+        for e in r.events
+        if e.get("event") == "runner_on_ok" and e["event_data"]["task"].startswith(task_prefix)
+    }
+
+
 def served_model(fleet: F.Fleet, host: str) -> str:
     """The revision every instance of the host reports in /healthz (`<name>@<revision> (rapidocr ...)`)."""
     models = {fleet.host_health(host, port)["model"].split(" ")[0] for port in ports(host)}
@@ -129,10 +140,26 @@ def test_rolling_upgrades_under_load(fleet, tmp_path):
         ]
         assert steps == sorted(steps), order
         assert {lb_servers(fleet)[h]["status"] for h in fleet.apps} == {"UP"}
+        # The hosts' wheel cache held the old release's wheels: only the new app wheel travelled.
+        packed = {
+            h: sorted(Path(a).name for a in res["archived"])
+            for h, res in results(r, "Pack the wheels").items()
+        }
+        wheel = [w.name for w in good_wh.glob("ocr_app-*.whl")]
+        assert packed == {h: sorted(["SHA256SUMS", "requirements.txt", *wheel]) for h in fleet.apps}, packed
+        # The new model revision has the first one's files: all linked on each host, none copied.
+        files = sorted(
+            f["path"] for f in json.loads((F.MODELS / MODEL / f"{good_model}.json").read_text())["files"]
+        )
+        linked = {h: sorted(res["linked"]) for h, res in results(r, "Link the files").items()}
+        assert linked == {h: files for h in fleet.apps}, linked
         after_good = load.total
 
         # --- a broken model revision (with a newer release): the first host's smoke test fails -----------
         untouched = {h: invocations(fleet, h) for h in fleet.apps[1:]}
+        # A cached wheel damaged on the last host: its copy must not be trusted, so that wheel travels again.
+        damaged = next(w.name for w in base.glob("*.whl") if not w.name.startswith("ocr_app-"))
+        fleet.lab.exec(fleet.apps[-1], ["truncate", "-s", "-1", f"/opt/ocr-app/wheels/{damaged}"])
         t0 = time.monotonic()
         extravars = {"ocr_app_wheelhouse_dir": str(newer_wh), "ocr_model_revision": bad_model}
         r = fleet.playbook("playbooks/upgrade.yml", extravars, check=False)
@@ -163,6 +190,15 @@ def test_rolling_upgrades_under_load(fleet, tmp_path):
                 assert found.returncode == 0, f"{staged} was not staged on {h}"
         assert {lb_servers(fleet)[h]["status"] for h in fleet.apps} == {"UP"}
         assert load.total > after_good
+        packed = {
+            h: sorted(Path(a).name for a in res["archived"])
+            for h, res in results(r, "Pack the wheels").items()
+        }
+        wheels = ["SHA256SUMS", "requirements.txt", *(w.name for w in newer_wh.glob("ocr_app-*.whl"))]
+        assert packed == {h: sorted(wheels + [damaged] * (h == fleet.apps[-1])) for h in fleet.apps}, packed
+        # Only the dictionary differs from the good revision: the weights were linked, not copied again.
+        linked = {h: sorted(res["linked"]) for h, res in results(r, "Link the files").items()}
+        assert linked == {h: [f for f in files if f != "rec_keys.txt"] for h in fleet.apps}, linked
 
         # --- an interrupted rollout: the control node dies while app-1 is drained; a re-run finishes it ----
         # The newer release, this time with the good model: the broken rollout staged it everywhere, so this
