@@ -7,6 +7,7 @@
 #
 # Writes into OUTDIR (replaced atomically, never half-written):
 #   ocr_app-<version>-py3-none-any.whl and every dependency's wheel,
+#   uv-<UV_VERSION>-*.whl  the installer the ocr_app role installs releases with (not a dependency),
 #   requirements.txt  exact pins (with sha256 hashes) of what is in OUTDIR:
 #                     pip install --no-index --find-links OUTDIR -r OUTDIR/requirements.txt
 #   SHA256SUMS        `sha256sum -c` format, every file above
@@ -37,6 +38,8 @@ glibc="${OCR_WHEELHOUSE_GLIBC:-2.36}"
 arch="${OCR_WHEELHOUSE_ARCH:-x86_64}"
 constraints="${OCR_WHEELHOUSE_CONSTRAINTS:-venv}"
 venv="${VENV:-.venv}"
+# The hosts' installer (roles/ocr_app: a release's venv and packages). One pin, here.
+uv_version=0.13.8
 pip="$venv/bin/pip"
 python="$venv/bin/python"
 [ -x "$pip" ] || { echo "$0: $pip not found: run 'make venv' first" >&2; exit 1; }
@@ -53,7 +56,7 @@ platforms+=(--platform "manylinux2014_$arch" --platform "manylinux2010_$arch" --
 # build recipe, the target and the constraints source.
 inputs_hash() {
   {
-    echo "extras=$extras python=$pyver platform=$platform constraints=$constraints"
+    echo "extras=$extras python=$pyver platform=$platform constraints=$constraints uv=$uv_version"
     sha256sum pyproject.toml "$0"
     find ocr_app -type f ! -path '*/__pycache__/*' ! -name '*.pyc' -print0 | LC_ALL=C sort -z \
       | xargs -0 sha256sum
@@ -111,6 +114,11 @@ spec="$app_whl"
   --python-version "$pyver" --implementation cp --abi "$abi" --abi abi3 --abi none \
   "${platforms[@]}" "${cons[@]}" "$spec"
 
+echo "downloading uv $uv_version, the hosts' installer"
+"$pip" download "${pipq[@]}" --dest "$tmp/out" --only-binary=:all: --no-deps \
+  --python-version "$pyver" --implementation cp --abi "$abi" --abi abi3 --abi none \
+  "${platforms[@]}" "uv==$uv_version"
+
 # Nothing but wheels, each for the target.
 shopt -s nullglob
 for f in "$tmp"/out/*; do
@@ -130,4 +138,4 @@ if [ -e "$outdir" ]; then
 fi
 mv "$tmp/out" "$outdir"
 count="$(ls "$outdir"/*.whl | wc -l)"
-echo "wheelhouse $outdir: ocr-app $version and $((count - 1)) dependencies ($(du -sh "$outdir" | cut -f1))"
+echo "wheelhouse $outdir: ocr-app $version, $((count - 2)) dependencies and uv $uv_version ($(du -sh "$outdir" | cut -f1))"

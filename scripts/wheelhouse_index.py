@@ -2,8 +2,9 @@
 
     python scripts/wheelhouse_index.py DIR [EXTRAS]
 
-The `ocr_app` role installs with `pip install --no-index --find-links DIR --require-hashes -r
-DIR/requirements.txt` after `sha256sum -c SHA256SUMS`. Used by scripts/build-wheelhouse.sh, and by tests
+The `ocr_app` role installs with `uv pip install --no-index --find-links DIR --require-hashes -r
+DIR/requirements.txt` after `sha256sum -c SHA256SUMS`. uv's own wheel (the installer, INSTALLER) is in
+SHA256SUMS but not in requirements.txt: it is not part of the app. Used by scripts/build-wheelhouse.sh, and by tests
 that derive a new app version from a built wheelhouse.
 """
 
@@ -13,6 +14,8 @@ import hashlib
 import re
 import sys
 from pathlib import Path
+
+INSTALLER = "uv"
 
 
 def write_index(out: Path, extras: str = "") -> None:
@@ -28,7 +31,8 @@ def write_index(out: Path, extras: str = "") -> None:
         if name == "ocr-app" and extras:
             name += f"[{extras}]"
         digest = hashlib.sha256(whl.read_bytes()).hexdigest()
-        lines.append(f"{name}=={version} \\\n    --hash=sha256:{digest}")
+        if name != INSTALLER:
+            lines.append(f"{name}=={version} \\\n    --hash=sha256:{digest}")
         sums.append(f"{digest}  {whl.name}")
     requirements = "\n".join(lines) + "\n"
     (out / "requirements.txt").write_text(requirements)
