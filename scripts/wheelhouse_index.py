@@ -4,8 +4,8 @@
 
 The `ocr_app` role installs with `uv pip install --no-index --find-links DIR --require-hashes -r
 DIR/requirements.txt` after `sha256sum -c SHA256SUMS`. uv's own wheel (the installer, INSTALLER) is in
-SHA256SUMS but not in requirements.txt: it is not part of the app. Used by scripts/build-wheelhouse.sh, and by tests
-that derive a new app version from a built wheelhouse.
+SHA256SUMS but not in requirements.txt: it is not part of the app. Used by scripts/build-wheelhouse.sh,
+and by tests that derive a new app version from a built wheelhouse.
 """
 
 from __future__ import annotations
