@@ -24,6 +24,7 @@ import io
 import json
 import os
 import platform
+import random
 import shutil
 import signal
 import socket
@@ -560,6 +561,21 @@ def bench_layout(reps: int) -> dict:
                 t = pc()
                 row_order(boxes, range(len(boxes)))
                 t_rows.append(pc() - t)
+        # A dense page (three columns of lines, shuffled): 2000 lines beside 500. Linear or n log n work
+        # grows ~4-5x; a quadratic step would show as ~16x.
+        dense_ms = {}
+        for n in (500, 2000):
+            rnd = random.Random(n)
+            boxes = [(50 + c * 320, k * 30.0, 340 - (k % 7) * 20 + c * 320, k * 30.0 + 20)
+                     for c in range(3) for k in range(n // 3)]  # fmt: skip
+            rnd.shuffle(boxes)
+            page_layout(boxes)  # warm-up
+            runs = []
+            for _ in range(max(reps, 3)):
+                t = pc()
+                page_layout(boxes)
+                runs.append(pc() - t)
+            dense_ms[len(boxes)] = median(runs) * 1000
         cer_rows = []
         for name, doc in d.layout_pages().items():
             row = {"page": name}
@@ -587,6 +603,7 @@ def bench_layout(reps: int) -> dict:
         "before_ms": before,
         "ratio": ms["on"] / before,
         "n": len(t_on),
+        "dense_ms": dense_ms,
         "cer": cer_rows,
     }
 
@@ -1026,6 +1043,19 @@ def layout_rows(lay: dict | None) -> list[tuple[str, str, str, str, str, str, st
             f"{fmt(lay['row_sort_ms'], '.2f')}; orientation off {fmt(lay['orientation_off_ms'], '.1f')}",
         )
     ]
+    (small, ms_small), (large, ms_large) = sorted(lay["dense_ms"].items())
+    rows.append(
+        (
+            f"7 layout of a dense page, {large} / {small} lines  ms",
+            fmt(ms_large, ".1f"),
+            fmt(ms_small, ".1f"),
+            fmt(ms_large / ms_small, ".1f"),
+            "",
+            "",
+            f"three shuffled columns; {large / small:.0f}x the lines: ~{large / small:.0f}-5x if n log n, "
+            f"~{(large / small) ** 2:.0f}x if quadratic",
+        )
+    )
     for r in lay["cer"]:
         cells = [f"{v} {r[v]['cer']:.3f}" + ("" if r[v]["rotation"] == 0 else f" (turned {r[v]['rotation']})")
                  for v in ("upright", "90", "180", "270", "photo")]  # fmt: skip

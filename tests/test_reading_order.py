@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import random
-import time
 
 import jiwer
 import pytest
@@ -178,17 +177,14 @@ def test_degenerate_boxes_do_not_break_it():
     assert sorted(reading_order(boxes)) == [0, 1, 2, 3]
 
 
-def test_two_thousand_lines_take_milliseconds():
-    # Three columns of ~667 lines, as on a dense newspaper page: a few ms (the row sort alone takes 1-2).
+def test_two_thousand_lines_of_three_columns_read_column_by_column():
+    # Three columns of ~667 lines, as on a dense newspaper page. Its cost is make bench's (measurement 7:
+    # 2000 lines beside 500, so that a quadratic step shows as a ratio), not a timed assertion here.
     boxes = shuffled(
         [line(50 + c * 320, k * 1.5 * H, 290 - (k % 7) * 20) for c in range(3) for k in range(667)]
     )
-    start = time.perf_counter()
     got = reading_order(boxes)
-    elapsed = time.perf_counter() - start
-    print(f"reading_order of {len(boxes)} boxes: {elapsed * 1000:.1f} ms")
     assert [boxes[i][0] for i in got] == sorted(b[0] for b in boxes)  # column by column
-    assert elapsed < 0.25  # a loose bound for a loaded CI machine: catches a quadratic blow-up
 
 
 def cer(expected: str, got: str) -> float:
