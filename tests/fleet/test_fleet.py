@@ -87,6 +87,13 @@ def results(r, task_prefix: str) -> dict[str, dict]:
     }
 
 
+def packed_files(r) -> dict[str, list[str]]:
+    """Each host's files in the tar of the wheels it lacked (the ocr_app role's wheel cache), sorted."""
+    return {
+        h: sorted(Path(a).name for a in res["archived"]) for h, res in results(r, "Pack the wheels").items()
+    }
+
+
 def served_model(fleet: F.Fleet, host: str) -> str:
     """The revision every instance of the host reports in /healthz (`<name>@<revision> (rapidocr ...)`)."""
     models = {fleet.host_health(host, port)["model"].split(" ")[0] for port in ports(host)}
@@ -141,10 +148,7 @@ def test_rolling_upgrades_under_load(fleet, tmp_path):
         assert steps == sorted(steps), order
         assert {lb_servers(fleet)[h]["status"] for h in fleet.apps} == {"UP"}
         # The hosts' wheel cache held the old release's wheels: only the new app wheel travelled.
-        packed = {
-            h: sorted(Path(a).name for a in res["archived"])
-            for h, res in results(r, "Pack the wheels").items()
-        }
+        packed = packed_files(r)
         wheel = [w.name for w in good_wh.glob("ocr_app-*.whl")]
         assert packed == {h: sorted(["SHA256SUMS", "requirements.txt", *wheel]) for h in fleet.apps}, packed
         # The new model revision has the first one's files: all linked on each host, none copied.
@@ -190,10 +194,7 @@ def test_rolling_upgrades_under_load(fleet, tmp_path):
                 assert found.returncode == 0, f"{staged} was not staged on {h}"
         assert {lb_servers(fleet)[h]["status"] for h in fleet.apps} == {"UP"}
         assert load.total > after_good
-        packed = {
-            h: sorted(Path(a).name for a in res["archived"])
-            for h, res in results(r, "Pack the wheels").items()
-        }
+        packed = packed_files(r)
         wheels = ["SHA256SUMS", "requirements.txt", *(w.name for w in newer_wh.glob("ocr_app-*.whl"))]
         assert packed == {h: sorted(wheels + [damaged] * (h == fleet.apps[-1])) for h in fleet.apps}, packed
         # Only the dictionary differs from the good revision: the weights were linked, not copied again.
