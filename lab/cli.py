@@ -1,4 +1,4 @@
-"""CLI: python3 -m lab {image,up,down,status,exec,ssh,instance-config} (see README.md)."""
+"""CLI: python3 -m lab {image,up,down,status,exec,ssh,instance-config,gpu} (see README.md)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import os
 import sys
 import time
 
-from . import lab
+from . import gpu, lab
 
 
 def _print(obj, as_json: bool) -> None:
@@ -55,6 +55,30 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("command", nargs=argparse.REMAINDER)
     s = sub.add_parser("instance-config", help="print Molecule's molecule_instance_config (JSON list)")
     s.add_argument("name")
+    s = sub.add_parser(
+        "gpu", help="GPU stand-ins in a host (fake GPUs, NVSwitches, nvidia-smi, mokutil, reboot)"
+    )
+    s.add_argument("name")
+    s.add_argument("host")
+    s.add_argument("--gpus", type=int, help="GPUs (device nodes, PCI devices, nvidia-smi rows)")
+    s.add_argument("--nvswitches", type=int, help="NVSwitches (PCI devices): an HGX baseboard")
+    s.add_argument("--model", help="GPU name nvidia-smi reports")
+    s.add_argument("--driver", help="driver version of a stand-in nvidia-smi not installed from a package")
+    s.add_argument("--cuda", help="CUDA version nvidia-smi reports (default: its package's)")
+    s.add_argument(
+        "--loaded-module",
+        dest="module",
+        help="the loaded kernel module's version (mismatch if it is not the libraries')",
+    )
+    s.add_argument("--fail", choices=["on", "off"], help="nvidia-smi cannot talk to the driver")
+    s.add_argument("--secure-boot", choices=["on", "off"], help="what mokutil --sb-state says")
+    s.add_argument(
+        "--enroll", metavar="CERT", help="a certificate (controller path) mokutil says is enrolled"
+    )
+    s.add_argument("--fabric-fault", choices=["on", "off"], help="nvidia-fabricmanager fails to start")
+    s.add_argument(
+        "--smi", action="store_true", help="install nvidia-smi in /usr/local/bin (no driver package)"
+    )
     a = p.parse_args(argv)
 
     try:
@@ -95,6 +119,28 @@ def main(argv: list[str] | None = None) -> int:
                 if not cmd and sys.stdin.isatty():
                     argv.insert(1, "-t")
             os.execvp(argv[0], argv)  # noqa: S606 -- hand the terminal to ssh/nsenter
+        elif a.cmd == "gpu":
+            flags = {
+                k: getattr(a, k) == "on" if getattr(a, k) else None
+                for k in ("fail", "secure_boot", "fabric_fault")
+            }
+            print(
+                json.dumps(
+                    gpu.configure(
+                        a.name,
+                        a.host,
+                        smi=a.smi,
+                        gpus=a.gpus,
+                        nvswitches=a.nvswitches,
+                        model=a.model,
+                        driver=a.driver,
+                        cuda=a.cuda,
+                        module=a.module,
+                        enroll=a.enroll,
+                        **flags,
+                    )
+                )
+            )
         elif a.cmd == "instance-config":
             print(json.dumps(lab.instance_config(a.name), indent=2))
     except lab.LabError as exc:

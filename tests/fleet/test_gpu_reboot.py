@@ -1,0 +1,95 @@
+"""Driver reboots under load (`make test-fleet`, after the upgrades): the app hosts become GPU hosts through
+the lab's stand-ins (`lab gpu`: PCI devices, nvidia-smi, the kernel module's version, a reboot command),
+then playbooks/nvidia-driver.yml (what site.yml runs for the driver) installs the NVIDIA driver from the
+signed fake repository on both, and, since a new driver needs a reboot, reboots them one host at a time:
+each drained and out of the load balancer before its reboot, verified and back in before the next host's
+drain. A constant load through the load balancer loses no request.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import time
+
+import pytest
+
+from lab import gpu as G
+from tests.fleet.conftest import ROOT, lb_servers, say, task_order
+from tests.fleet.load import Load
+
+pytestmark = [pytest.mark.lab, pytest.mark.timeout(900)]
+
+FIXTURE = ROOT / "tests" / "fixtures" / "nvidia_repo"
+REPO_PORT = 8766  # inventory/lab/group_vars/all/lab.yml: lab_nvidia_repo_port
+MIN_REQUESTS = 40
+# One host's way through the reboot play, by the tasks of the roles' entry points, in the order they must run.
+STEPS = (
+    "Write the drain file",  # ocr_app drain
+    "Wait until the LB reports it | lb-1 {host} out",  # ocr_lb wait-server
+    "Reboot",  # nvidia_driver reboot
+    "Query the GPUs with nvidia-smi",  # nvidia_driver verify, after the reboot
+    "Restart ocr-app@0",  # ocr_app restart
+    "OCR the golden document on every instance",  # ocr_app smoke
+    "Remove the drain file",  # ocr_app undrain
+    "Wait until the LB reports it | lb-1 {host} in",
+)
+
+
+@pytest.fixture
+def nvidia_repo(fleet, tmp_path):
+    repo = tmp_path / "nvidia_repo"
+    subprocess.run(["python3", str(FIXTURE / "build.py"), str(repo)], check=True, capture_output=True)
+    serve = [str(FIXTURE / "serve.sh")]
+    subprocess.run([*serve, "start", str(repo), fleet.lab.bridge_ip, str(REPO_PORT), "900"], check=True)
+    for host in fleet.apps:  # apt reaches the controller directly, not through the lab's apt proxy
+        fleet.lab.exec(host, ["sh", "-c", "echo 'Acquire::http::Proxy::controller \"DIRECT\";' "
+                              "> /etc/apt/apt.conf.d/90ocrfleet-fixture-direct"])  # fmt: skip
+    try:
+        yield (repo / "fingerprint").read_text().strip()
+    finally:
+        subprocess.run([*serve, "stop", fleet.lab.bridge_ip, str(REPO_PORT)], check=False)
+
+
+def reboots(fleet, host: str) -> int:
+    out = fleet.lab.exec(host, ["sh", "-c", "cat /var/log/ocrfleet-lab/reboots 2>/dev/null || true"]).stdout
+    return len(out.splitlines())
+
+
+def test_new_driver_reboots_one_drained_host_at_a_time_under_load(fleet, nvidia_repo):
+    gpus = {"app-1": 1, "app-2": 2}
+    for host in fleet.apps:
+        G.configure(fleet.lab.name, host, gpus=gpus[host])
+        assert reboots(fleet, host) == 0
+    assert {lb_servers(fleet)[h]["status"] for h in fleet.apps} == {"UP"}
+
+    load = Load(fleet.client, concurrency=2).start()
+    try:
+        t0 = time.monotonic()
+        r = fleet.playbook("playbooks/nvidia-driver.yml", {"nvidia_driver_repo_key_fingerprint": nvidia_repo})
+        say(f"playbooks/nvidia-driver.yml (install, 2 drained reboots): {time.monotonic() - t0:.0f} s, "
+            f"{load.total} requests so far")  # fmt: skip
+        assert not load.exhausted, "the load ended before the reboots did"
+    finally:
+        load.finish(MIN_REQUESTS)
+    load.check(MIN_REQUESTS, prefix="reboot_")
+
+    order = task_order(r, "NVIDIA driver - reboots")
+    positions = []
+    for host in fleet.apps:
+        for step in STEPS:
+            task = step.format(host=host)
+            at = [i for i, (h, t) in enumerate(order) if h == host and t.startswith(task)]
+            assert at, f"{host} never ran {task!r}: {order}"
+            positions.append(at[0])
+    # Each host's steps in order, and the second host drained only after the first was back in.
+    assert positions == sorted(positions), order
+    for host in fleet.apps:
+        assert reboots(fleet, host) == 1, host
+        smi = fleet.lab.exec(
+            host, ["nvidia-smi", "--query-gpu=index,driver_version", "--format=csv,noheader"]
+        )
+        assert smi.stdout.splitlines() == [f"{i}, 570.124.06" for i in range(gpus[host])], smi.stdout
+        assert fleet.host_health(host)["status"] == "ready", host
+        held = fleet.lab.exec(host, ["apt-mark", "showhold"]).stdout.split()
+        assert {"nvidia-open", "nvidia-persistenced"} <= set(held), held
+    assert {lb_servers(fleet)[h]["status"] for h in fleet.apps} == {"UP"}
