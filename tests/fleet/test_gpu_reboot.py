@@ -8,12 +8,14 @@ drain. A constant load through the load balancer loses no request.
 
 from __future__ import annotations
 
+import re
 import subprocess
 import time
 
 import pytest
 
 from lab import gpu as G
+from lab import lab as L
 from tests.fleet.conftest import ROOT, lb_servers, say, task_order
 from tests.fleet.load import Load
 
@@ -93,3 +95,22 @@ def test_new_driver_reboots_one_drained_host_at_a_time_under_load(fleet, nvidia_
         held = fleet.lab.exec(host, ["apt-mark", "showhold"]).stdout.split()
         assert {"nvidia-open", "nvidia-persistenced"} <= set(held), held
     assert {lb_servers(fleet)[h]["status"] for h in fleet.apps} == {"UP"}
+
+
+def test_each_instance_is_bound_to_its_gpu_and_the_metrics_see_every_gpu(fleet):
+    # After the test above: the app hosts have the driver (the fixture's nvidia-smi) and stand-in GPUs.
+    host = "app-2"  # two instances, one per GPU
+    for i in (0, 1):
+        unit = f"ocr-app@{i}.service"
+        allowed = fleet.lab.exec(host, ["systemctl", "show", unit, "-p", "DeviceAllow"]).stdout.splitlines()
+        gpus = sorted(a for a in allowed if re.match(r"DeviceAllow=/dev/nvidia[0-9]+ ", a))
+        assert gpus == [f"DeviceAllow=/dev/nvidia{i} rw"], allowed
+        pid = fleet.lab.exec(host, ["systemctl", "show", unit, "-p", "MainPID", "--value"]).stdout.strip()
+        environ = fleet.lab.exec(host, ["cat", f"/proc/{pid}/environ"]).stdout.split("\0")
+        assert f"CUDA_VISIBLE_DEVICES={i}" in environ and "CUDA_DEVICE_ORDER=PCI_BUS_ID" in environ, environ
+    for host, count in (("app-1", 1), ("app-2", 2)):  # the GPU metrics timer runs every 5 s in the lab
+        L.wait_until(
+            lambda host=host, count=count: f"ocr_gpu_count {count}\n"
+            in fleet.lab.exec(host, ["cat", "/var/lib/prometheus/node-exporter/ocr_gpu.prom"]).stdout,
+            60, f"the GPU metrics on {host} report {count} GPU(s)", 1,
+        )  # fmt: skip
