@@ -55,8 +55,9 @@ CATALOG = b"<< /Type /Catalog /Pages 2 0 R >>"
 
 def nested_xobject_pdf(depth: int, fanout: int = 10) -> bytes:
     """A page that draws form X{depth}, each form drawing the one below it `fanout` times: fanout**depth
-    fills from ~2 KB. Depth 4 (21 111 page objects) renders for tens of seconds in PDFium; depth 5
-    (211 111) is over MAX_PDF_PAGE_OBJECTS and refused before it renders (ocr_app/documents.py)."""
+    fills from ~2 KB. Depth 4 (21 111 page objects) renders for ~9 s in PDFium at the default
+    max_image_side; depth 5 (211 111) is over MAX_PDF_PAGE_OBJECTS and refused before it renders
+    (ocr_app/documents.py)."""
     first_form = 5  # objects 1-4: catalog, page tree, page, page content
     content = b"/X%d Do" % depth
     objects = [
@@ -77,6 +78,13 @@ def nested_xobject_pdf(depth: int, fanout: int = 10) -> bytes:
             % (resources, len(body), body)
         )
     return pdf(*objects)
+
+
+def slow_render_pdf() -> bytes:
+    """A page that is still rendering when a test's deadline (at most ~10 s) or client gives up: the slowest
+    nesting under MAX_PDF_PAGE_OBJECTS, depth 4 x fanout 14 (79 787 objects), renders for ~43 s on one of
+    this machine's cores (depth 4 x 10, ~9 s, lost that race to a 10 s deadline about one run in three)."""
+    return nested_xobject_pdf(4, fanout=14)
 
 
 def flate_zeros(mib: int) -> bytes:

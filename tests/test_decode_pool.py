@@ -12,7 +12,7 @@ import httpx
 import pytest
 
 from .docs import encode, png_bomb, render
-from .hostile import nested_xobject_pdf
+from .hostile import slow_render_pdf
 from .server import Server
 from .test_errors import assert_error
 
@@ -33,14 +33,14 @@ def killed(srv: Server, reason: str) -> float:
 
 
 def test_deadline_kills_the_render_and_others_are_served(tmp_path, clean):
-    deadline = 10  # room for the clean page at load 14 (6 s was not); the hostile one renders for ~50 s
+    deadline = 10  # room for the clean page at load 14 (6 s was not); the hostile one renders for ~43 s
     srv = Server(tmp_path, request_timeout_s=deadline, max_concurrency=2, preprocess_workers=2).start()
     try:
         answer: dict[str, object] = {}
 
         def hostile() -> None:
             start = time.monotonic()
-            answer["response"] = srv.ocr(nested_xobject_pdf(4), "application/pdf")
+            answer["response"] = srv.ocr(slow_render_pdf(), "application/pdf")
             answer["seconds"] = time.monotonic() - start
 
         thread = threading.Thread(target=hostile)
@@ -72,7 +72,7 @@ def bounded(tmp_path_factory):
 
 
 def test_cpu_limit_kills_the_worker_with_413_and_the_next_request_is_served(bounded, clean):
-    r = bounded.ocr(nested_xobject_pdf(4), "application/pdf")
+    r = bounded.ocr(slow_render_pdf(), "application/pdf")
     err = assert_error(r, 413, "decode_cpu_limit")
     assert "decode_cpu_s" in err["message"]
     assert killed(bounded, "cpu_limit") == 1
@@ -114,7 +114,7 @@ def test_a_client_that_leaves_stops_its_work_and_is_counted_499_not_500(tmp_path
     try:
         requests = 'ocr_requests_total{code="%s"}'
         # Gone mid-upload: the body never completes.
-        pdf = nested_xobject_pdf(4)  # under the object bound: PDFium renders it for tens of seconds
+        pdf = slow_render_pdf()  # under the object bound: PDFium renders it for tens of seconds
         _post_and_leave(srv, pdf, len(pdf) // 2, lambda: srv.wait_until(lambda h: h["inflight"] == 1))
         srv.wait_until(lambda h: h["inflight"] == 0, timeout=10)
         # Gone while its document renders: the worker is killed at once, not at the deadline or the CPU limit.

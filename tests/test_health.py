@@ -15,7 +15,7 @@ import httpx
 import pytest
 
 from .docs import encode, pdf, render
-from .hostile import nested_xobject_pdf
+from .hostile import slow_render_pdf
 from .server import Server
 from .test_errors import assert_error
 
@@ -112,7 +112,7 @@ def test_stalled_decode_pool_takes_the_instance_out_until_a_worker_is_free(srv, 
     poll_health(srv, ready)
     with ThreadPoolExecutor(1) as pool:
         # Renders for tens of CPU seconds in the only worker, until its deadline kills it.
-        hostile = pool.submit(srv.ocr, nested_xobject_pdf(4), "application/pdf")
+        hostile = pool.submit(srv.ocr, slow_render_pdf(), "application/pdf")
         r = poll_health(srv, degraded_for("decode pool stalled"), timeout=30)
         assert not hostile.done()  # out while the worker was still busy, not after
         assert r.elapsed.total_seconds() < 2  # /healthz itself never waits on the pool
