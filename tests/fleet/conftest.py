@@ -10,6 +10,7 @@ from __future__ import annotations
 import csv
 import io
 import os
+import re
 import subprocess
 import sys
 import time
@@ -22,9 +23,13 @@ from lab import fleet as F
 ROOT = Path(__file__).resolve().parents[2]
 LAB = os.environ.get("OCRFLEET_FLEET_LAB", "fleet")
 APPS = 2  # make demo's default
-TWO_INSTANCES = "app-2"  # runs ocr-app@0 and @1 (inventory/lab/host_vars/app-2.yml)
-
-
+MULTI = "app-2"  # runs ocr-app@0..3 (inventory/lab/host_vars/app-2.yml)
+MULTI_INSTANCES = 4
+ACCESS_LOG = "/var/log/nginx/access.log"  # nginx_tls: its log format ends with what LINE reads
+LINE = re.compile(
+    r'"POST /v1/ocr[^"]*" (?P<status>\d+) .* request_id=(?P<rid>\S+) request_time=(?P<rt>[\d.]+) '
+    r"upstream=(?P<up>.*?) upstream_status=(?P<us>.*?) upstream_time=.* msec=(?P<msec>[\d.]+)$"
+)
 BRING_UP_S = 1800  # scripts/demo.py's own limit below
 
 
@@ -47,6 +52,23 @@ def lb_servers(fleet: F.Fleet) -> dict[str, dict]:
     out = fleet.lab.exec("lb-1", ["socat", "stdio", "/run/haproxy/admin.sock"], input="show stat\n").stdout
     rows = csv.DictReader(io.StringIO(out.removeprefix("# ")))
     return {r["svname"]: r for r in rows if r["pxname"] == "ocr_servers" and r["svname"] not in ("BACKEND",)}
+
+
+def log_size(fleet: F.Fleet, host: str) -> int:
+    return int(fleet.lab.exec(host, ["stat", "-c", "%s", ACCESS_LOG]).stdout)
+
+
+def ocr_lines(fleet: F.Fleet, host: str, offset: int) -> list[dict]:
+    """POST /v1/ocr lines of the host's nginx access log from byte offset on, with start and end times."""
+    text = fleet.lab.exec(host, ["tail", "-c", f"+{offset + 1}", ACCESS_LOG]).stdout
+    out = []
+    for m in filter(None, map(LINE.search, text.splitlines())):
+        end = float(m["msec"])
+        # One attempt per instance tried, in order: "127.0.0.1:8001, 127.0.0.1:8000" / "502, 200".
+        attempts = list(zip(m["up"].split(", "), m["us"].split(", "), strict=False))
+        out.append({"rid": m["rid"], "status": int(m["status"]), "start": end - float(m["rt"]), "end": end,
+                    "attempts": attempts})  # fmt: skip
+    return out
 
 
 def current_release(fleet: F.Fleet, host: str) -> str:

@@ -1,10 +1,11 @@
 """An instance that stays dead is alerted on (`make test-fleet`): OcrInstanceDown reaches the Alertmanager.
 
-`kill -9` of app-2's second instance (ocr-app@1; the host still serves through @0, so only a per-instance
-scrape sees it) with systemd's restart held off, then: the alert reaches mon-1's Alertmanager API no sooner
-than the rule's `for:` and no later than `for:` + one scrape and one evaluation interval after the kill; once
-the instance is started again (from `systemctl start` returning, at READY=1) it leaves the active alerts
-within one scrape + one evaluation interval. Prints `alert_fired_after_s=S` and `alert_resolved_after_s=S`.
+`kill -9` of app-2's second instance (ocr-app@1; the host still serves through the others, so only a
+per-instance scrape sees it) with systemd's restart held off, then: the alert reaches mon-1's Alertmanager API
+no sooner than the rule's `for:` and no later than `for:` + one scrape and one evaluation interval after the
+kill; once the instance is started again (from `systemctl start` returning, at READY=1) it leaves the active
+alerts within one scrape + one evaluation interval. Prints `alert_fired_after_s=S` and
+`alert_resolved_after_s=S`.
 """
 
 from __future__ import annotations
@@ -17,11 +18,11 @@ import yaml
 
 from lab import lab as L
 
-from .conftest import ROOT, TWO_INSTANCES, say
+from .conftest import MULTI, ROOT, say
 
 pytestmark = [pytest.mark.lab, pytest.mark.timeout(900)]
 
-MON, HOST, UNIT = "mon-1", TWO_INSTANCES, "ocr-app@1.service"
+MON, HOST, UNIT = "mon-1", MULTI, "ocr-app@1.service"
 INSTANCE = f"{HOST}:ocr-app@1"  # the monitoring role's instance label of that target
 ALERT = "OcrInstanceDown"
 PROMETHEUS, ALERTMANAGER = 9090, 9093  # the role's defaults, on mon-1's loopback

@@ -29,7 +29,7 @@ import pytest
 
 from lab import fleet as F
 from lab import lab as L
-from tests.fleet.conftest import ROOT, TWO_INSTANCES, current_release, lb_servers, say, task_order
+from tests.fleet.conftest import MULTI, MULTI_INSTANCES, ROOT, current_release, lb_servers, say, task_order
 from tests.fleet.load import Load
 from tests.fleet.releases import derive_wheelhouse
 from tests.models import misreading_revision
@@ -69,13 +69,25 @@ def current_model(fleet: F.Fleet, host: str) -> str:
 
 
 def ports(host: str) -> list[int]:
-    return [8000, 8001] if host == TWO_INSTANCES else [8000]
+    return [8000 + i for i in range(MULTI_INSTANCES if host == MULTI else 1)]
 
 
 def invocations(fleet: F.Fleet, host: str) -> list[str]:
     """systemd's InvocationID of each instance: a new one for every start."""
     units = [f"ocr-app@{port - 8000}.service" for port in ports(host)]
     return fleet.lab.exec(host, ["systemctl", "show", "-p", "InvocationID", "--value", *units]).stdout.split()
+
+
+def restart_windows(fleet: F.Fleet, host: str) -> list[tuple[int, int]]:
+    """(stopped, active again) of each instance's last restart, in CLOCK_MONOTONIC microseconds (Type=notify:
+    active at READY=1, its engine loaded)."""
+    units = [f"ocr-app@{port - 8000}.service" for port in ports(host)]
+    props = "InactiveEnterTimestampMonotonic,ActiveEnterTimestampMonotonic"
+    out = fleet.lab.exec(host, ["systemctl", "show", "-p", props, *units]).stdout
+    blocks = [dict(line.split("=", 1) for line in b.split()) for b in out.strip().split("\n\n")]
+    return [
+        (int(b["InactiveEnterTimestampMonotonic"]), int(b["ActiveEnterTimestampMonotonic"])) for b in blocks
+    ]
 
 
 def results(r, task_prefix: str) -> dict[str, dict]:
@@ -123,6 +135,7 @@ def test_rolling_upgrades_under_load(fleet, tmp_path):
     load = Load(fleet.client, concurrency=2).start()  # a request in flight on each host
     try:
         # --- a good version (release and model revision), through the whole fleet ----------------------
+        started = invocations(fleet, MULTI)
         t0 = time.monotonic()
         extravars = {"ocr_app_wheelhouse_dir": str(good_wh), "ocr_model_revision": good_model}
         r = fleet.playbook("playbooks/upgrade.yml", extravars, check=False)
@@ -146,6 +159,12 @@ def test_rolling_upgrades_under_load(fleet, tmp_path):
             for task in ("Write the drain file", "Remove the drain file")
         ]
         assert steps == sorted(steps), order
+        # And on the 4-instance host, one instance at a time: each stopped only once the one before it was
+        # active again.
+        restarted = invocations(fleet, MULTI)
+        assert len(restarted) == MULTI_INSTANCES and not set(started) & set(restarted), (started, restarted)
+        windows = sorted(restart_windows(fleet, MULTI))
+        assert all(windows[i][1] <= windows[i + 1][0] for i in range(len(windows) - 1)), windows
         assert {lb_servers(fleet)[h]["status"] for h in fleet.apps} == {"UP"}
         # The hosts' wheel cache held the old release's wheels: only the new app wheel travelled.
         packed = packed_files(r)

@@ -3,7 +3,9 @@ the lab's stand-ins (`lab gpu`: PCI devices, nvidia-smi, the kernel module's ver
 then playbooks/nvidia-driver.yml (what site.yml runs for the driver) installs the NVIDIA driver from the
 signed fake repository on both, and, since a new driver needs a reboot, reboots them one host at a time:
 each drained and out of the load balancer before its reboot, verified and back in before the next host's
-drain. A constant load through the load balancer loses no request.
+drain. A constant load through the load balancer loses no request. app-2 has 4 stand-in GPUs and runs one
+instance per GPU (ocr-app@0..3): each is bound to its own device, its nginx balances across the four, and
+its GPU metrics count four.
 """
 
 from __future__ import annotations
@@ -16,7 +18,16 @@ import pytest
 
 from lab import gpu as G
 from lab import lab as L
-from tests.fleet.conftest import ROOT, lb_servers, say, task_order
+from tests.fleet.conftest import (
+    MULTI,
+    MULTI_INSTANCES,
+    ROOT,
+    lb_servers,
+    log_size,
+    ocr_lines,
+    say,
+    task_order,
+)
 from tests.fleet.load import Load
 
 pytestmark = [pytest.mark.lab, pytest.mark.timeout(900)]
@@ -58,11 +69,12 @@ def reboots(fleet, host: str) -> int:
 
 
 def test_new_driver_reboots_one_drained_host_at_a_time_under_load(fleet, nvidia_repo):
-    gpus = {"app-1": 1, "app-2": 2}
+    gpus = {"app-1": 1, MULTI: MULTI_INSTANCES}
     for host in fleet.apps:
         G.configure(fleet.lab.name, host, gpus=gpus[host])
         assert reboots(fleet, host) == 0
     assert {lb_servers(fleet)[h]["status"] for h in fleet.apps} == {"UP"}
+    offset = log_size(fleet, MULTI)
 
     load = Load(fleet.client, concurrency=2).start()
     try:
@@ -95,20 +107,23 @@ def test_new_driver_reboots_one_drained_host_at_a_time_under_load(fleet, nvidia_
         held = fleet.lab.exec(host, ["apt-mark", "showhold"]).stdout.split()
         assert {"nvidia-open", "nvidia-persistenced"} <= set(held), held
     assert {lb_servers(fleet)[h]["status"] for h in fleet.apps} == {"UP"}
+    # app-2's nginx answered the load through each of its four instances (least_conn).
+    served = {a for r in ocr_lines(fleet, MULTI, offset) for a, s in r["attempts"] if s == "200"}
+    assert served == {f"127.0.0.1:{8000 + i}" for i in range(MULTI_INSTANCES)}, served
 
 
 def test_each_instance_is_bound_to_its_gpu_and_the_metrics_see_every_gpu(fleet):
     # After the test above: the app hosts have the driver (the fixture's nvidia-smi) and stand-in GPUs.
-    host = "app-2"  # two instances, one per GPU
-    for i in (0, 1):
+    for i in range(MULTI_INSTANCES):  # one instance per GPU
         unit = f"ocr-app@{i}.service"
-        allowed = fleet.lab.exec(host, ["systemctl", "show", unit, "-p", "DeviceAllow"]).stdout.splitlines()
+        allowed = fleet.lab.exec(MULTI, ["systemctl", "show", unit, "-p", "DeviceAllow"]).stdout.splitlines()
         gpus = sorted(a for a in allowed if re.match(r"DeviceAllow=/dev/nvidia[0-9]+ ", a))
         assert gpus == [f"DeviceAllow=/dev/nvidia{i} rw"], allowed
-        pid = fleet.lab.exec(host, ["systemctl", "show", unit, "-p", "MainPID", "--value"]).stdout.strip()
-        environ = fleet.lab.exec(host, ["cat", f"/proc/{pid}/environ"]).stdout.split("\0")
+        pid = fleet.lab.exec(MULTI, ["systemctl", "show", unit, "-p", "MainPID", "--value"]).stdout.strip()
+        environ = fleet.lab.exec(MULTI, ["cat", f"/proc/{pid}/environ"]).stdout.split("\0")
         assert f"CUDA_VISIBLE_DEVICES={i}" in environ and "CUDA_DEVICE_ORDER=PCI_BUS_ID" in environ, environ
-    for host, count in (("app-1", 1), ("app-2", 2)):  # the GPU metrics timer runs every 5 s in the lab
+    # The GPU metrics timer runs every 5 s in the lab.
+    for host, count in (("app-1", 1), (MULTI, MULTI_INSTANCES)):
         L.wait_until(
             lambda host=host, count=count: f"ocr_gpu_count {count}\n"
             in fleet.lab.exec(host, ["cat", "/var/lib/prometheus/node-exporter/ocr_gpu.prom"]).stdout,
