@@ -25,11 +25,12 @@ PCI_DIR = "/run/ocrfleet-lab/pci/devices"
 MODULE_VERSION = "/run/ocrfleet-lab/nvidia/version"
 REBOOT_COMMAND = "/usr/local/sbin/ocrfleet-lab-reboot"
 
-# Runs inside the host (python3 -c) with {"change": {...}, "files": {path: [text, mode]}} on stdin.
+# Runs inside the host (python3 -c) with {"state": STATE, "change": {...}, "files": {path: [text, mode]}, ...}
+# on stdin.
 _SETUP = r"""
 import json, os, re, shutil, stat, sys
 req = json.load(sys.stdin)
-path = "/etc/ocrfleet-lab/gpu.json"
+path = req["state"]
 try:
     st = json.load(open(path))
 except (OSError, ValueError):
@@ -42,7 +43,7 @@ if enroll:
 # One GPU per PCI bus as on an HGX baseboard; NVSwitches after them.
 st["bus_ids"] = ["%04x:%02x:00.0" % (0, 0x17 + 0x10 * i) for i in range(st["gpus"])]
 switches = ["%04x:%02x:00.0" % (0, 0xa0 + i) for i in range(st["nvswitches"])]
-os.makedirs("/etc/ocrfleet-lab", exist_ok=True)
+os.makedirs(os.path.dirname(path), exist_ok=True)
 with open(path + ".tmp", "w") as f:
     json.dump(st, f, indent=1)
 os.replace(path + ".tmp", path)
@@ -92,6 +93,7 @@ def configure(lab_name: str, host: str, *, smi: bool = False, **change) -> dict:
     }
     if smi:
         files["/usr/local/bin/nvidia-smi"] = [(STANDINS / "nvidia-smi").read_text(), 0o755]
-    req = {"change": change, "files": files, "pci_dir": PCI_DIR, "module_file": MODULE_VERSION}
+    req = {"state": STATE, "change": change, "files": files}
+    req |= {"pci_dir": PCI_DIR, "module_file": MODULE_VERSION}
     out = _lab.load(lab_name).exec(host, ["python3", "-c", _SETUP], input=json.dumps(req))
     return json.loads(out.stdout)
