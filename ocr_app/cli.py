@@ -1,4 +1,4 @@
-"""ocr-app: serve | check | keys | manifest | verify | rapidocr-models | ocr | db."""
+"""ocr-app: serve | check | keys | manifest | verify | rapidocr-models | ocr | eval | db."""
 
 from __future__ import annotations
 
@@ -214,19 +214,23 @@ def cmd_rapidocr_models(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_ocr(args: argparse.Namespace) -> int:
+def _client(args: argparse.Namespace):
+    """An HTTP client of a running service, from the options _client_options() adds."""
     import httpx
 
+    key = args.key or os.environ.get("OCR_APP_KEY")
+    headers = {"Authorization": f"Bearer {key}"} if key else {}
+    verify: bool | str = args.cacert or not args.insecure
+    return httpx.Client(base_url=args.url, headers=headers, verify=verify, timeout=args.timeout)
+
+
+def cmd_ocr(args: argparse.Namespace) -> int:
     from .documents import sniff
 
     data = Path(args.file).read_bytes()
     headers = {"Content-Type": sniff(data) or "application/octet-stream"}
-    key = args.key or os.environ.get("OCR_APP_KEY")
-    if key:
-        headers["Authorization"] = f"Bearer {key}"
     params = {"pages": args.pages} if args.pages else None
-    verify: bool | str = args.cacert or not args.insecure
-    with httpx.Client(base_url=args.url, verify=verify, timeout=args.timeout) as client:
+    with _client(args) as client:
         resp = client.post("/v1/ocr", content=data, headers=headers, params=params)
     try:
         body = resp.json()
@@ -245,6 +249,34 @@ def cmd_ocr(args: argparse.Namespace) -> int:
                 print(f"--- page {page['page']} ---")
             print(page["text"])
     return 0
+
+
+def cmd_eval(args: argparse.Namespace) -> int:
+    """An evaluation set read by a running service: CER and latency, optionally gated against a baseline."""
+    from . import evaluation as ev
+
+    if args.repeat < 1:
+        raise ConfigError("--repeat: at least 1")
+    docs = ev.load_set(Path(args.dir))
+    baseline = None
+    if args.baseline:
+        try:
+            baseline = json.loads(Path(args.baseline).read_text())
+            float(baseline["cer"])
+        except (OSError, ValueError, KeyError, TypeError) as err:
+            raise ConfigError(f"{args.baseline}: not a report of `ocr-app eval --output` ({err})") from None
+    with _client(args) as client:
+        report = ev.evaluate(client, docs, repeat=args.repeat)
+    report["url"] = args.url
+    margins = ev.Margins(args.max_cer_increase, args.max_latency_ratio)
+    worse = ev.judge(report, baseline, margins, args.max_cer)
+    report["worse"] = worse
+    if args.output:
+        Path(args.output).write_text(json.dumps(report, indent=2, ensure_ascii=False) + "\n")
+    print(json.dumps(report, indent=2, ensure_ascii=False) if args.json else ev.format_report(report))
+    for reason in worse:
+        print(f"ocr-app eval: worse: {reason}", file=sys.stderr)
+    return 1 if worse else 0
 
 
 def cmd_db(args: argparse.Namespace) -> int:
@@ -318,16 +350,40 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--manifest", "-m", help="also write DIR's manifest (as `ocr-app manifest DIR -o`) here")
     s.set_defaults(func=cmd_rapidocr_models)
 
-    s = sub.add_parser("ocr", help="OCR a file through a running service")
+    def client_options(sp: argparse.ArgumentParser) -> argparse.ArgumentParser:
+        sp.add_argument("--url", default=os.environ.get("OCR_APP_URL", "http://127.0.0.1:8000"))
+        sp.add_argument("--key", help="API key (default: env OCR_APP_KEY)")
+        sp.add_argument("--cacert", help="CA bundle to verify the server's certificate")
+        sp.add_argument("--insecure", action="store_true", help="do not verify TLS certificates")
+        sp.add_argument("--timeout", type=float, default=120.0)
+        return sp
+
+    s = client_options(sub.add_parser("ocr", help="OCR a file through a running service"))
     s.add_argument("file")
-    s.add_argument("--url", default=os.environ.get("OCR_APP_URL", "http://127.0.0.1:8000"))
-    s.add_argument("--key", help="API key (default: env OCR_APP_KEY)")
     s.add_argument("--pages", help="PDF/TIFF pages, e.g. 1-3,5")
     s.add_argument("--json", action="store_true", help="print the whole JSON response")
-    s.add_argument("--cacert", help="CA bundle to verify the server's certificate")
-    s.add_argument("--insecure", action="store_true", help="do not verify TLS certificates")
-    s.add_argument("--timeout", type=float, default=120.0)
     s.set_defaults(func=cmd_ocr)
+
+    s = client_options(
+        sub.add_parser(
+            "eval",
+            help="read an evaluation set (documents + <stem>.txt) through a running service: CER, latency; "
+            "exit 1 when worse than --baseline by more than the margins, or than --max-cer",
+        )
+    )
+    s.add_argument("dir")
+    s.add_argument("--repeat", type=int, default=1, help="requests per document (more latency samples)")
+    s.add_argument("--json", action="store_true", help="print the report as JSON")
+    s.add_argument("--output", "-o", help="also write the report as JSON here (a later run's --baseline)")
+    s.add_argument("--baseline", help="a report of the version to compare with (its --output)")
+    s.add_argument(
+        "--max-cer-increase", type=float, default=1.0, help="points of CER above the baseline's allowed (1.0)"
+    )
+    s.add_argument(
+        "--max-latency-ratio", type=float, default=1.5, help="p95 latency allowed, times the baseline's (1.5)"
+    )
+    s.add_argument("--max-cer", type=float, help="CER allowed, in percent, whatever the baseline")
+    s.set_defaults(func=cmd_eval)
 
     db = sub.add_parser("db", help="the job database's schema (database_url)")
     dsub = db.add_subparsers(dest="db_cmd", required=True)
