@@ -380,7 +380,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--max-cer-increase", type=float, default=1.0, help="points of CER above the baseline's allowed (1.0)"
     )
     s.add_argument(
-        "--max-latency-ratio", type=float, default=1.5, help="p95 latency allowed, times the baseline's (1.5)"
+        "--max-latency-ratio", type=float, default=1.5, help="median latency allowed, x the baseline's (1.5)"
     )
     s.add_argument("--max-cer", type=float, help="CER allowed, in percent, whatever the baseline")
     s.set_defaults(func=cmd_eval)

@@ -17,15 +17,20 @@ def wheel_revision(out: Path, manifest: Path | None = None) -> Path:
     return out
 
 
-def misreading_revision(good: Path, out: Path, manifest: Path | None = None) -> Path:
-    """A copy of `good` whose dictionary has its letters rotated (ROT13): it loads, reads digits (the
-    self-test passes) and its manifest matches, but every letter comes back as another one."""
+def misreading_revision(good: Path, out: Path, manifest: Path | None = None, letters: str = "") -> Path:
+    """A copy of `good` whose dictionary reads letters as others. It loads, reads digits (the self-test
+    passes) and its manifest matches. Without `letters`, every letter comes back as another one (ROT13);
+    with them, only those, each as the next of them: a revision that still reads a page without them (the
+    golden document, if they are capitals it lacks) but reads other pages worse."""
     shutil.copytree(good, out)
     keys = out / "rec_keys.txt"
     lines = keys.read_text(encoding="utf-8").split("\n")
-    keys.write_text(
-        "\n".join(codecs.encode(c, "rot13") if c.isascii() else c for c in lines), encoding="utf-8"
-    )
+    if letters:
+        table = str.maketrans(letters, letters[1:] + letters[0])
+        misread = [c.translate(table) for c in lines]
+    else:
+        misread = [codecs.encode(c, "rot13") if c.isascii() else c for c in lines]
+    keys.write_text("\n".join(misread), encoding="utf-8")
     if manifest:
         subprocess.run([OCR_APP, "manifest", str(out), "-o", str(manifest)], check=True)
     return out

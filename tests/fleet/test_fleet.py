@@ -3,9 +3,11 @@
 2 app hosts + 1 HAProxy host converge site.yml (the CPU engine's models as an ocr_model revision). A load
 generator sends OCR requests with real documents to the load balancer while playbooks/upgrade.yml rolls a new
 app version and a new model revision through the fleet, then a newer release with a deliberately broken model
-revision (its files match their manifest and it passes its self-test, but its dictionary has its letters
-rotated, so the smoke test misreads): the first host must be rolled back to the good release and model, the
-play must stop, the fleet must keep serving the good version, and no request may fail in either rollout.
+revision (its files match their manifest, it passes its self-test and reads the golden document, but its
+dictionary reads capitals the golden document lacks as others, so the evaluation gate, an evaluation set read
+before and after the first host's switch, finds it worse): the first host must be rolled back to the good
+release and model, the play must stop, the fleet must keep serving the good version, and no request may fail
+in either rollout.
 Then a third rollout (the newer release, already staged by the broken one, with the good model) has its
 control node die (ansible-playbook and its workers killed) while app-1 is drained: app-1 stays out of the
 pool, and a plain re-run of upgrade.yml brings it back and finishes the rollout, installing nothing again. No
@@ -21,6 +23,7 @@ import json
 import os
 import shutil
 import signal
+import string
 import threading
 import time
 from pathlib import Path
@@ -29,6 +32,7 @@ import pytest
 
 from lab import fleet as F
 from lab import lab as L
+from tests.docs import encode, render
 from tests.fleet.conftest import MULTI, MULTI_INSTANCES, ROOT, current_release, lb_servers, say, task_order
 from tests.fleet.load import Load
 from tests.fleet.releases import derive_wheelhouse
@@ -40,6 +44,14 @@ MIN_REQUESTS = 500
 DRAIN_FILE = "/run/ocr-app/drain"
 MODEL_ROOT = "/var/lib/ocr-app/models"  # ocr_model_root's default
 MODEL = F.lab_model()[0]
+# The gate's evaluation set: pages full of capitals. The broken revision misreads the capitals the golden
+# document lacks, so it passes the smoke test and only the evaluation catches it.
+EVAL_PAGES = {
+    "invoice": ["INVOICE No. 2048 FROM BERLIN", "PAYMENT DUE BY 31 MAY 1843", "Dear Ada Lovelace"],
+    "letter": ["ANALYTICAL ENGINE COMPANY", "Charles Babbage, London", "Bernoulli numbers, Note G"],
+}
+GOLDEN = (ROOT / "roles" / "ocr_app" / "files" / "smoke" / "golden.txt").read_text()
+MISREAD = "".join(c for c in string.ascii_uppercase if c not in GOLDEN)
 
 
 def drained(fleet: F.Fleet, host: str) -> bool:
@@ -120,13 +132,20 @@ def test_rolling_upgrades_under_load(fleet, tmp_path):
     good_wh = derive_wheelhouse(base, tmp_path / "good", good)
     newer_wh = derive_wheelhouse(base, tmp_path / "newer", newer)
     # Model revisions on the controller: the inventory's first, the same files under a new revision, and a
-    # copy whose dictionary reads every letter as another (its manifest written for it: checksums match).
+    # copy whose dictionary reads capitals the golden document lacks as others (its manifest written for it:
+    # checksums match).
     first_model = F.lab_model()[1]
     good_model, bad_model = "wheel-2", "wheel-3-misreading"
     F.require_model(good_model)
     bad_dir = F.MODELS / MODEL / bad_model
     shutil.rmtree(bad_dir, ignore_errors=True)
-    misreading_revision(F.require_model(), bad_dir, bad_dir.parent / f"{bad_model}.json")
+    misreading_revision(F.require_model(), bad_dir, bad_dir.parent / f"{bad_model}.json", letters=MISREAD)
+    eval_dir = tmp_path / "eval"
+    eval_dir.mkdir()
+    for name, lines in EVAL_PAGES.items():
+        (eval_dir / f"{name}.png").write_bytes(encode(render(lines, size=32, width=900).image, "PNG"))
+        (eval_dir / f"{name}.txt").write_text("\n".join(lines) + "\n")
+    gate = {"ocr_app_eval_dir": str(eval_dir), "ocr_app_eval_repeat": 1}
     for h in fleet.apps:
         assert (current_model(fleet, h), served_model(fleet, h)) == (first_model, first_model), h
     assert {lb_servers(fleet)[h]["status"] for h in fleet.apps} == {"UP"}
@@ -137,7 +156,7 @@ def test_rolling_upgrades_under_load(fleet, tmp_path):
         # --- a good version (release and model revision), through the whole fleet ----------------------
         started = invocations(fleet, MULTI)
         t0 = time.monotonic()
-        extravars = {"ocr_app_wheelhouse_dir": str(good_wh), "ocr_model_revision": good_model}
+        extravars = {"ocr_app_wheelhouse_dir": str(good_wh), "ocr_model_revision": good_model, **gate}
         r = fleet.playbook("playbooks/upgrade.yml", extravars, check=False)
         runs.append(r)
         say(
@@ -159,6 +178,9 @@ def test_rolling_upgrades_under_load(fleet, tmp_path):
             for task in ("Write the drain file", "Remove the drain file")
         ]
         assert steps == sorted(steps), order
+        # The first host read the evaluation set before its switch and after its smoke test; no other did.
+        assert [h for h, t in order if t == "Check the evaluation"] == ["app-1", "app-1"], order
+        say(f"evaluation gate, good version: {results(r, 'Check the evaluation')['app-1']['msg']}")
         # And on the 4-instance host, one instance at a time: each stopped only once the one before it was
         # active again.
         restarted = invocations(fleet, MULTI)
@@ -178,13 +200,13 @@ def test_rolling_upgrades_under_load(fleet, tmp_path):
         assert linked == {h: files for h in fleet.apps}, linked
         after_good = load.total
 
-        # --- a broken model revision (with a newer release): the first host's smoke test fails -----------
+        # --- a broken model revision (with a newer release): the first host's evaluation fails -----------
         untouched = {h: invocations(fleet, h) for h in fleet.apps[1:]}
         # A cached wheel damaged on the last host: its copy must not be trusted, so that wheel travels again.
         damaged = next(w.name for w in base.glob("*.whl") if not w.name.startswith("ocr_app-"))
         fleet.lab.exec(fleet.apps[-1], ["truncate", "-s", "-1", f"/opt/ocr-app/wheels/{damaged}"])
         t0 = time.monotonic()
-        extravars = {"ocr_app_wheelhouse_dir": str(newer_wh), "ocr_model_revision": bad_model}
+        extravars = {"ocr_app_wheelhouse_dir": str(newer_wh), "ocr_model_revision": bad_model, **gate}
         r = fleet.playbook("playbooks/upgrade.yml", extravars, check=False)
         runs.append(r)
         say(
@@ -194,12 +216,13 @@ def test_rolling_upgrades_under_load(fleet, tmp_path):
         assert r.rc != 0, "the broken model's rollout succeeded"
         assert not load.exhausted, "the load ended before the rollout did"
         failed = F.failures(r)
-        assert any(f.startswith("app-1: Check the smoke test's text") for f in failed), failed
+        assert any(f.startswith("app-1: Check the evaluation") for f in failed), failed
         stop = [f for f in failed if f.startswith("app-1: Stop the rollout")]
-        # The model misread, not the release: "ocrfleet smoke test" read with its letters rotated (ROT13),
-        # as the rescue's message quotes it ("it read: bpesyrrg fzbxr grfg" in a by-hand run).
-        assert stop and "fzbxr" in stop[0].lower(), failed
+        # The golden document still read right; the evaluation set's capitals did not.
+        assert stop and "failed the evaluation: CER" in stop[0] and "the baseline's" in stop[0], failed
         order = task_order(r, "Switch the fleet")
+        assert ("app-1", "Check the smoke test's text") in order, order
+        say(f"evaluation gate, broken revision: {stop[0]}")
         assert {h for h, _ in order} == {"app-1"}, "hosts after the failed one were touched"
         # Staging the release and the model restarted nothing on the hosts it never switched.
         assert {h: invocations(fleet, h) for h in fleet.apps[1:]} == untouched
@@ -225,7 +248,7 @@ def test_rolling_upgrades_under_load(fleet, tmp_path):
         # one finds it complete and copies nothing (a staged release is reused, not installed again).
         resumed, resumed_wh = newer, newer_wh
         victim, after = fleet.apps[0], fleet.apps[1]
-        extravars = {"ocr_app_wheelhouse_dir": str(resumed_wh), "ocr_model_revision": good_model}
+        extravars = {"ocr_app_wheelhouse_dir": str(resumed_wh), "ocr_model_revision": good_model, **gate}
         killed: list = []
         rollout = threading.Thread(
             target=lambda: killed.append(fleet.playbook("playbooks/upgrade.yml", extravars, check=False))
@@ -268,7 +291,7 @@ def test_rolling_upgrades_under_load(fleet, tmp_path):
         print(f"interrupted_upgrade: killed during {victim} drained; rerun rc={r.rc} in {rerun_s:.0f} s")
         print(
             f"model_upgrade: {MODEL} {first_model} -> {good_model} on {len(fleet.apps)} hosts; "
-            f"{bad_model} rolled back on app-1 (smoke test misread), staged only elsewhere"
+            f"{bad_model} rolled back on app-1 (its evaluation misread), staged only elsewhere"
         )
 
         # The smoke test sends the fleet's key: no event and no stdout of any run may hold it in clear.
