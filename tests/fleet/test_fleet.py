@@ -220,6 +220,7 @@ def test_rolling_upgrades_under_load(fleet, tmp_path):
         stop = [f for f in failed if f.startswith("app-1: Stop the rollout")]
         # The golden document still read right; the evaluation set's capitals did not.
         assert stop and "failed the evaluation: CER" in stop[0] and "the baseline's" in stop[0], failed
+        assert f"rolled back to {good};" in stop[0], stop  # the release it runs again, by name
         order = task_order(r, "Switch the fleet")
         assert ("app-1", "Check the smoke test's text") in order, order
         say(f"evaluation gate, broken revision: {stop[0]}")
