@@ -129,3 +129,34 @@ def test_each_instance_is_bound_to_its_gpu_and_the_metrics_see_every_gpu(fleet):
             in fleet.lab.exec(host, ["cat", "/var/lib/prometheus/node-exporter/ocr_gpu.prom"]).stdout,
             60, f"the GPU metrics on {host} report {count} GPU(s)", 1,
         )  # fmt: skip
+
+
+# ocr_app's own count, read from the host: its preflight (pure: facts and checks) on every app host.
+INSTANCES_PLAY = """
+- name: The instances ocr_app lays out on each host
+  hosts: ocr_servers
+  gather_facts: false
+  become: true
+  tasks:
+    - name: Compute them
+      ansible.builtin.include_role:
+        name: ocr_app
+        tasks_from: preflight.yml
+    - name: Show the instances
+      ansible.builtin.debug:
+        var: _ocr_app_instances
+"""
+
+
+def test_with_gpu_count_auto_the_instances_follow_the_gpus(fleet, tmp_path):
+    # After the tests above: app-1 has 1 stand-in GPU, app-2 4. ocr_app_gpu_count's default, auto, counts the
+    # /dev/nvidiaN nodes (the lab inventory fixes app-2's count only because the demo's hosts have none).
+    play = tmp_path / "instances.yml"
+    play.write_text(INSTANCES_PLAY)
+    r = fleet.playbook(str(play), {"ocr_app_gpu_count": "auto"})
+    shown = {
+        e["event_data"]["host"]: e["event_data"]["res"]["_ocr_app_instances"]
+        for e in r.events
+        if e.get("event") == "runner_on_ok" and e["event_data"]["task"] == "Show the instances"
+    }
+    assert shown == {"app-1": [0], MULTI: list(range(MULTI_INSTANCES))}, shown
