@@ -23,7 +23,7 @@ from starlette.requests import ClientDisconnect
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from . import __version__, systemd, web
-from .auth import KeyStore, require_caller
+from .auth import KEY_HEADERS, KeyStore, require_caller
 from .config import Settings
 from .documents import MULTIPART_TYPE, SUPPORTED_TYPES, normalise_media_type, parse_page_selection
 from .engines import Engine, create_engine
@@ -46,6 +46,7 @@ from .results import (
     too_large,
     unsupported_media_type,
 )
+from .shadow import SHADOW_HEADER, Offer, Shadow
 
 log = logging.getLogger("ocr_app.api")
 access_log = logging.getLogger("ocr_app.access")
@@ -66,6 +67,7 @@ class AppState:
         self.metrics = Metrics()
         self.metrics.info.labels(VERSION, engine.name, engine.model).set(1)
         self.pipeline = Pipeline(settings, engine, self.metrics)
+        self.shadow = Shadow(settings, self.metrics.registry)
         self.admission = self.pipeline.admission
         self.health = self.pipeline.health
         self.status = "loading"  # -> ready | unhealthy
@@ -203,6 +205,10 @@ class RequestContext:
 
         try:
             await self.app(scope, receive, send_with_id)
+            # The client has its answer: only now may a replay to a canary start (ocr_app/shadow.py).
+            offer = req_state.pop("shadow", None)
+            if offer is not None and status == 200:
+                self.state.shadow.offer(offer)
         except Exception:
             log.exception("unhandled error")
             if status == 0:
@@ -325,10 +331,12 @@ def create_app(
             tasks.append(asyncio.create_task(state.watchdog(interval), name="watchdog"))
         if state.jobs is not None:
             await state.jobs.start()
+        state.shadow.start()
         try:
             yield
         finally:
             systemd.notify("STOPPING=1")
+            await state.shadow.close()
             if state.jobs is not None:  # its leases go back before the engine goes away
                 await state.jobs.stop()
             for t in tasks:
@@ -396,16 +404,17 @@ def create_app(
         work = asyncio.current_task()
         assert work is not None
         watcher: asyncio.Task | None = None
+        body = b""
 
         async def read_body() -> bytes:
-            nonlocal watcher
+            nonlocal watcher, body
             body = await _read_body(request, s.max_upload_bytes)
             # A client that leaves stops its work (the decode worker is killed, the engine's pages dropped).
             watcher = asyncio.create_task(_cancel_when_client_leaves(request, work))
             return body
 
         try:
-            return await state.pipeline.run(read_body, job, request.state.request_id, trace)
+            answer = await state.pipeline.run(read_body, job, request.state.request_id, trace)
         except asyncio.CancelledError:
             if watcher is None or not watcher.done() or watcher.cancelled():
                 raise  # not the client's leaving (the server is stopping)
@@ -415,6 +424,17 @@ def create_app(
             if watcher is not None:
                 watcher.cancel()
             request.state.bytes, request.state.pages = trace.bytes, trace.pages
+        # For a replay to a canary (ocr_app/shadow.py), which RequestContext offers once the answer is sent.
+        if s.shadow_file is not None and SHADOW_HEADER not in request.headers:  # a replay is not replayed
+            request.state.shadow = Offer(
+                body=body,
+                content_type=content_type,
+                query=[(k, v) for k, v in request.query_params.multi_items() if k != "preview"],
+                auth={h: request.headers[h] for h in KEY_HEADERS if h in request.headers},
+                request_id=request.state.request_id,
+                answer=answer,
+            )
+        return answer
 
     _job_routes(app, state)
 

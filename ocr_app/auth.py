@@ -148,8 +148,11 @@ def _write_atomic(path: Path, text: str) -> None:
         raise
 
 
+# The headers a key may come in (require_caller reads both): what a request replayed on the caller's behalf
+# carries over (ocr_app/shadow.py).
+KEY_HEADERS = ("Authorization", "X-API-Key")
 _bearer = HTTPBearer(auto_error=False, description="Authorization: Bearer <key>")
-_api_key = APIKeyHeader(name="X-API-Key", auto_error=False, description="the same key, as X-API-Key")
+_api_key = APIKeyHeader(name=KEY_HEADERS[1], auto_error=False, description="the same key, as X-API-Key")
 
 
 async def require_caller(

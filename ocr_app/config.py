@@ -111,6 +111,15 @@ class Settings(BaseSettings):
     # Job pages are taken only while at most this many interactive requests wait for a slot.
     job_claim_max_queue: int = Field(0, ge=0)
 
+    # Shadow comparison during a canary upgrade (ocr_app/shadow.py): while shadow_file exists (JSON {"url",
+    # "share"}, written by the ocr_app role's `shadow`), a share of this instance's 200 answers is replayed to
+    # the canary at url and the texts compared; None: never. shadow_ca_file verifies the canary's HTTPS (None:
+    # the system's CAs). At most shadow_max_inflight replays at once: a sampled request finding them all busy
+    # is skipped, never queued.
+    shadow_file: Path | None = Path("/run/ocr-app/shadow.json")
+    shadow_ca_file: Path | None = None
+    shadow_max_inflight: int = Field(1, ge=1, le=64)
+
     # Lifecycle
     drain_file: Path | None = Path("/run/ocr-app/drain")
     shutdown_grace_s: float = Field(30.0, ge=0)

@@ -50,7 +50,9 @@ class Margins:
     latency_ratio: float = 1.5  # how much slower the median latency may be than the baseline's
 
 
-def _squeeze(text: str) -> str:
+def squeeze(text: str) -> str:
+    """Text as compared: whitespace removed (engines break lines and space columns differently; what matters
+    is what they read). ocr_app/shadow.py compares a canary's answers the same way."""
     return "".join(text.split())
 
 
@@ -68,7 +70,7 @@ def load_set(directory: Path) -> list[Document]:
         if media_type is None:
             raise ConfigError(f"{path}: not a document the service reads (PNG, JPEG, TIFF, WebP, PDF)")
         text = expected.read_text(encoding="utf-8")
-        if not _squeeze(text):
+        if not squeeze(text):
             raise ConfigError(f"{expected}: the expected text is empty")
         docs.append(Document(path.name, data, media_type, text))
     if not docs:
@@ -85,7 +87,7 @@ def _error(resp: httpx.Response) -> str:
 
 
 def read_document(client: httpx.Client, doc: Document, repeat: int) -> DocumentResult:
-    expected = _squeeze(doc.expected)
+    expected = squeeze(doc.expected)
     result = DocumentResult(doc.name, len(expected), len(expected))
     for _ in range(repeat):
         start = time.perf_counter()
@@ -99,7 +101,7 @@ def read_document(client: httpx.Client, doc: Document, repeat: int) -> DocumentR
             result.error = _error(resp)
             return result
         result.latencies_ms.append(round(elapsed_ms, 1))
-        got = _squeeze("".join(page["text"] for page in resp.json()["pages"]))
+        got = squeeze("".join(page["text"] for page in resp.json()["pages"]))
         # The worst of the repeats: an engine that reads a page differently each time is not better for it.
         distance = Levenshtein.distance(expected, got)
         result.distance = distance if len(result.latencies_ms) == 1 else max(result.distance, distance)

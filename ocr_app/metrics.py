@@ -83,6 +83,7 @@ class Metrics:
         )
         for outcome in ("ok", "failed"):
             self.job_pages.labels(outcome)
+        # ocr_shadow_* (the canary replays) are ocr_app/shadow.py's, in this registry.
         self.inflight = Gauge("ocr_inflight_requests", "OCR requests being processed", registry=r)
         self.queue_depth = Gauge("ocr_queue_depth", "OCR requests waiting for a slot", registry=r)
         self.model_loaded = Gauge("ocr_model_loaded", "1 once the engine passed its self-test", registry=r)

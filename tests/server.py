@@ -38,6 +38,7 @@ class Server:
         workdir.mkdir(parents=True, exist_ok=True)
         self.keys_file = workdir / "keys.txt"
         self.drain_file = workdir / "drain"
+        self.shadow_file = workdir / "shadow.json"  # never the host's /run/ocr-app/shadow.json
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.key = add_key(self.keys_file, "tests", self.command)
@@ -45,6 +46,7 @@ class Server:
             "port": self.port,
             "api_keys_file": str(self.keys_file),
             "drain_file": str(self.drain_file),
+            "shadow_file": str(self.shadow_file),
             "rapidocr_workers": 1,
             "log_level": "info",
             **settings,

@@ -1,0 +1,159 @@
+"""Shadow comparison (ocr_app/shadow.py): an old instance replays the requests it answered to a canary, over
+real HTTP between real app processes (rapidocr), and counts what the comparison found; its clients only ever
+get its own answers. The control file is the one the ocr_app role's `shadow` writes."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+from .docs import encode, render
+from .models import misreading_revision, wheel_revision
+from .server import Server, free_port
+
+LINES = ["Invoice No. 2048", "Total due 1337.50 EUR"]
+OUTCOMES = ("compared", "failed", "busy", "skipped")
+
+
+@pytest.fixture(scope="module")
+def png() -> bytes:
+    return encode(render(LINES).image, "PNG")
+
+
+@pytest.fixture(scope="module")
+def old(server, tmp_path_factory):
+    """The old version's instance; its callers' key is the canaries' too (the fleet's keys are the same)."""
+    srv = Server(
+        tmp_path_factory.mktemp("old"), api_keys_file=str(server.keys_file), log_level="debug"
+    ).start()
+    srv.key = server.key
+    yield srv
+    assert srv.stop() == 0, srv.logs()[-2000:]
+
+
+@pytest.fixture(scope="module")
+def misreading(server, tmp_path_factory):
+    """A canary whose model reads vowels as other vowels."""
+    root = tmp_path_factory.mktemp("models")
+    model = misreading_revision(wheel_revision(root / "good"), root / "misread", letters="aeiou")
+    srv = Server(root / "srv", model_path=str(model), api_keys_file=str(server.keys_file)).start()
+    yield srv
+    assert srv.stop() == 0, srv.logs()[-2000:]
+
+
+def shadow_to(srv: Server, canary_url: str, share: float = 1.0) -> None:
+    srv.shadow_file.write_text(json.dumps({"url": canary_url + "/v1/ocr", "share": share}))
+
+
+def counts(srv: Server) -> dict[str, float]:
+    m = srv.metrics()
+    out = {o: m[f'ocr_shadow_requests_total{{outcome="{o}"}}'] for o in OUTCOMES}
+    return out | {
+        "chars": m["ocr_shadow_reference_chars_total"],
+        "edits": m["ocr_shadow_edit_distance_total"],
+    }
+
+
+def replays(srv: Server) -> float:
+    c = counts(srv)
+    return sum(c[o] for o in OUTCOMES)
+
+
+def wait_replays(srv: Server, total: float, timeout: float = 30) -> dict[str, float]:
+    """Poll /metrics until `total` sampled requests have an outcome (the replays run after the answers)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        c = counts(srv)
+        if sum(c[o] for o in OUTCOMES) >= total:
+            return c
+        time.sleep(0.05)
+    raise TimeoutError(f"{total} replays not done within {timeout} s: {counts(srv)}")
+
+
+def ocr_ok(srv: Server, png: bytes, **kw) -> dict:
+    r = srv.ocr(png, "image/png", **kw)
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+def flat(text: str) -> str:
+    return "".join(text.split())
+
+
+def test_replays_to_a_canary_of_the_same_model_read_the_same(old, server, png):
+    shadow_to(old, server.url)
+    before = counts(old)
+    canary_requests = server.metrics().get('ocr_requests_total{code="200"}', 0)
+    n = replays(old)
+    # Bearer and X-API-Key, raw and multipart, query parameters: each replayed as the client sent it. One
+    # request at a time, each replay waited for: shadow_max_inflight is 1.
+    answers = [ocr_ok(old, png, params={"pages": "1", "preview": "true"})]
+    n = wait_replays(old, n + 1)
+    answers.append(ocr_ok(old, png, key=None, headers={"X-API-Key": old.key}))
+    n = wait_replays(old, sum(n[o] for o in OUTCOMES) + 1)
+    with old.client() as c:
+        r = c.post("/v1/ocr", files={"file": ("invoice.png", png, "image/png")})
+    assert r.status_code == 200, r.text
+    answers.append(r.json())
+    after = wait_replays(old, sum(n[o] for o in OUTCOMES) + 1)
+
+    assert after["compared"] - before["compared"] == 3, after
+    assert after["edits"] == before["edits"] and after["chars"] - before["chars"] >= 3 * len(
+        flat("".join(LINES))
+    )
+    assert server.metrics().get('ocr_requests_total{code="200"}', 0) - canary_requests == 3
+    # The same request id on both sides (`journalctl REQUEST_ID=` finds both); no text in the old one's log.
+    assert all(a["request_id"] in server.logs() for a in answers)
+    assert "2048" not in old.logs() and "Invoice" not in old.logs()
+    assert '"outcome": "compared"' in old.logs()  # the debug line per replay: figures only
+
+
+def test_a_misreading_canary_is_measured_and_the_clients_get_the_old_answers(old, misreading, png):
+    shadow_to(old, misreading.url)
+    before = counts(old)
+    for i in range(3):
+        page = ocr_ok(old, png)["pages"][0]
+        assert flat(page["text"]) == flat("".join(LINES)), page["text"]  # ours, not the canary's
+        after = wait_replays(old, sum(before[o] for o in OUTCOMES) + i + 1)
+    assert after["compared"] - before["compared"] == 3
+    edits, chars = after["edits"] - before["edits"], after["chars"] - before["chars"]
+    assert edits > 0 and chars > 0, after
+    assert misreading.metrics().get('ocr_requests_total{code="200"}', 0) == 3
+
+
+def test_an_unreachable_canary_counts_failures_and_the_clients_are_answered(old, png):
+    shadow_to(old, f"http://127.0.0.1:{free_port()}")  # nothing listens there
+    before = counts(old)
+    for i in range(2):
+        ocr_ok(old, png)
+        after = wait_replays(old, sum(before[o] for o in OUTCOMES) + i + 1)
+    assert after["failed"] - before["failed"] == 2 and after["compared"] == before["compared"]
+
+
+def _no_replays_until_a_marker(old, png) -> None:
+    """Two requests while replays are off, then one with a control file again: only that one is replayed."""
+    n = replays(old)
+    ocr_ok(old, png)
+    ocr_ok(old, png)
+    shadow_to(old, f"http://127.0.0.1:{free_port()}")
+    ocr_ok(old, png)
+    wait_replays(old, n + 1)
+    assert replays(old) == n + 1
+
+
+def test_no_control_file_no_replays(old, png):
+    shadow_to(old, f"http://127.0.0.1:{free_port()}")
+    n = replays(old)
+    ocr_ok(old, png)
+    wait_replays(old, n + 1)  # on, then
+    old.shadow_file.unlink()
+    _no_replays_until_a_marker(old, png)
+
+
+def test_an_invalid_control_file_turns_replays_off_with_one_warning(old, png):
+    old.shadow_file.write_text('{"url": "https://canary/v1/ocr", "share": 2}')
+    warnings = old.logs().count("invalid control file")
+    _no_replays_until_a_marker(old, png)
+    assert old.logs().count("invalid control file") == warnings + 1  # once, not once per request
