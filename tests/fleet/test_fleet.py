@@ -2,13 +2,19 @@
 
 2 app hosts + 1 HAProxy host converge site.yml (the CPU engine's models as an ocr_model revision). A load
 generator sends OCR requests with real documents to the load balancer while playbooks/upgrade.yml rolls a new
-app version and a new model revision through the fleet, then a newer release with a deliberately broken model
+app version and a new model revision through the fleet (app-1 first, as a canary: a quarter then half of the
+requests while app-2 replays every request it answers to it and compares the texts; promoted), then a newer
+release with a deliberately broken model
 revision (its files match their manifest, it passes its self-test and reads the golden document, but its
 dictionary reads capitals the golden document lacks as others, so the evaluation gate, an evaluation set read
 before and after the first host's switch, finds it worse): the first host must be rolled back to the good
 release and model, the play must stop, the fleet must keep serving the good version, and no request may fail
 in either rollout.
-Then a third rollout (the newer release, already staged by the broken one, with the good model) has its
+Then the newer release with a revision that misreads capitals only the load's documents have: it passes the
+smoke test and the default evaluation (the golden document), and the canary's comparison with app-2's answers
+rolls it back, with no failed request (each prints `canary_compared_requests=N canary_text_diff=X%
+canary_verdict=promote|rollback`).
+Then a fourth rollout (the newer release, already staged by the broken one, with the good model) has its
 control node die (ansible-playbook and its workers killed) while app-1 is drained: app-1 stays out of the
 pool, and a plain re-run of upgrade.yml brings it back and finishes the rollout, installing nothing again. No
 output of any run may hold the fleet's API key (the smoke test sends it). Each staging copies only what the
@@ -21,6 +27,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import string
@@ -52,6 +59,24 @@ EVAL_PAGES = {
 }
 GOLDEN = (ROOT / "roles" / "ocr_app" / "files" / "smoke" / "golden.txt").read_text()
 MISREAD = "".join(c for c in string.ascii_uppercase if c not in GOLDEN)
+# The canary's revision misreads capitals of the load's documents (tests/fleet/load.py: OCRFLEET ROLLING
+# UPGRADE) that neither the golden document nor the words and numbers the load checks have: the smoke test and
+# the default evaluation (the golden document) pass it, its clients get 200 with their word and number, and
+# only the comparison with the old hosts' answers on the same documents finds it worse.
+CANARY_MISREAD = "FLEUPA"
+# A canary in two steps: a quarter of the requests, then half, 20 s each; every request the other hosts answer
+# is replayed to it (the lab's load is small; production shares are smaller and steps longer).
+CANARY = {
+    "upgrade_canary_weight": 25,
+    "upgrade_canary_steps": [50],
+    "upgrade_canary_seconds": 20,
+    "upgrade_canary_shadow_share": 100,
+    "upgrade_canary_min_compared": 5,
+    "upgrade_canary_min_requests": 3,
+}
+CANARY_MAP = "/etc/haproxy/ocrfleet-canary.map"  # ocr_lb_canary_map's default
+SHADOW_FILE = "/run/ocr-app/shadow.json"  # ocr_app_shadow_file's default
+CANARY_TEXTFILE = "/var/lib/prometheus/node-exporter/ocr_canary.prom"
 
 
 def drained(fleet: F.Fleet, host: str) -> bool:
@@ -118,6 +143,37 @@ def packed_files(r) -> dict[str, list[str]]:
     }
 
 
+def messages(r, task_prefix: str) -> list[str]:
+    """The msg of every result (ok or failed) of the tasks whose names start with task_prefix, in order."""
+    return [
+        e["event_data"]["res"].get("msg", "")
+        for e in r.events
+        if e.get("event") in ("runner_on_ok", "runner_on_failed")
+        and e["event_data"]["task"].startswith(task_prefix)
+    ]
+
+
+def canary_figures(verdict: str) -> str:
+    """The issue's line for a canary run, from its verdict message."""
+    m = re.search(r"canary verdict: (promote|rollback) \((\d+) compared, text difference ([\d.]+) %", verdict)
+    assert m, verdict
+    return f"canary_compared_requests={m[2]} canary_text_diff={m[3]}% canary_verdict={m[1]}"
+
+
+def canary_ended(fleet: F.Fleet) -> None:
+    """No canary left behind: every server at its configured weight, the share map empty, no replays, no
+    figures for Prometheus."""
+    weights = {h: row["weight"] for h, row in lb_servers(fleet).items() if h in fleet.apps}
+    assert len(set(weights.values())) == 1 and "0" not in weights.values(), weights
+    shares = fleet.lab.exec(
+        "lb-1", ["socat", "stdio", "/run/haproxy/admin.sock"], input=f"show map {CANARY_MAP}\n"
+    )
+    assert shares.stdout.strip() == "", shares.stdout
+    for h in fleet.apps:
+        for path in (SHADOW_FILE, CANARY_TEXTFILE):
+            assert fleet.lab.exec(h, ["test", "-e", path], check=False).returncode != 0, f"{path} left on {h}"
+
+
 def served_model(fleet: F.Fleet, host: str) -> str:
     """The revision every instance of the host reports in /healthz (`<name>@<revision> (rapidocr ...)`)."""
     models = {fleet.host_health(host, port)["model"].split(" ")[0] for port in ports(host)}
@@ -135,11 +191,12 @@ def test_rolling_upgrades_under_load(fleet, tmp_path):
     # copy whose dictionary reads capitals the golden document lacks as others (its manifest written for it:
     # checksums match).
     first_model = F.lab_model()[1]
-    good_model, bad_model = "wheel-2", "wheel-3-misreading"
+    good_model, bad_model, canary_model = "wheel-2", "wheel-3-misreading", "wheel-4-misreading-caps"
     F.require_model(good_model)
-    bad_dir = F.MODELS / MODEL / bad_model
-    shutil.rmtree(bad_dir, ignore_errors=True)
-    misreading_revision(F.require_model(), bad_dir, bad_dir.parent / f"{bad_model}.json", letters=MISREAD)
+    for revision, letters in ((bad_model, MISREAD), (canary_model, CANARY_MISREAD)):
+        out = F.MODELS / MODEL / revision
+        shutil.rmtree(out, ignore_errors=True)
+        misreading_revision(F.require_model(), out, out.parent / f"{revision}.json", letters=letters)
     eval_dir = tmp_path / "eval"
     eval_dir.mkdir()
     for name, lines in EVAL_PAGES.items():
@@ -153,10 +210,15 @@ def test_rolling_upgrades_under_load(fleet, tmp_path):
     runs = []  # every ansible-runner run of the scenario: none may print the API key
     load = Load(fleet.client, concurrency=2).start()  # a request in flight on each host
     try:
-        # --- a good version (release and model revision), through the whole fleet ----------------------
+        # --- a good version (release and model revision), through the whole fleet, canaried on app-1 ----
         started = invocations(fleet, MULTI)
         t0 = time.monotonic()
-        extravars = {"ocr_app_wheelhouse_dir": str(good_wh), "ocr_model_revision": good_model, **gate}
+        extravars = {
+            "ocr_app_wheelhouse_dir": str(good_wh),
+            "ocr_model_revision": good_model,
+            **gate,
+            **CANARY,
+        }
         r = fleet.playbook("playbooks/upgrade.yml", extravars, check=False)
         runs.append(r)
         say(
@@ -181,6 +243,19 @@ def test_rolling_upgrades_under_load(fleet, tmp_path):
         # The first host read the evaluation set before its switch and after its smoke test; no other did.
         assert [h for h, t in order if t == "Check the evaluation"] == ["app-1", "app-1"], order
         say(f"evaluation gate, good version: {results(r, 'Check the evaluation')['app-1']['msg']}")
+        # The canary: both steps on app-1, its figures published, promoted; then the next host.
+        steps = messages(r, "Canary | report the step")
+        assert [m.split(":")[0] for m in steps] == ["canary app-1 step 1/2", "canary app-1 step 2/2"], steps
+        assert "25 % of the requests" in steps[0] and "50 % of the requests" in steps[1], steps
+        for m in steps:
+            say(m)
+        assert results(r, "Canary | publish the step's figures")["app-1"].get("changed"), (
+            "no figures published"
+        )
+        verdict = messages(r, "Canary | report the verdict")
+        assert len(verdict) == 1 and "canary verdict: promote" in verdict[0], verdict
+        canary_ended(fleet)
+        print(canary_figures(verdict[0]))
         # And on the 4-instance host, one instance at a time: each stopped only once the one before it was
         # active again.
         restarted = invocations(fleet, MULTI)
@@ -243,6 +318,47 @@ def test_rolling_upgrades_under_load(fleet, tmp_path):
         # Only the dictionary differs from the good revision: the weights were linked, not copied again.
         linked = {h: sorted(res["linked"]) for h, res in results(r, "Link the files").items()}
         assert linked == {h: [f for f in files if f != "rec_keys.txt"] for h in fleet.apps}, linked
+
+        # --- a revision that reads the load's pages worse: caught by the canary's comparison, rolled back --
+        # The newer release (staged by the broken rollout) with a revision the smoke test and the default
+        # evaluation (the golden document) pass: only the old hosts' answers on live documents tell.
+        untouched = {h: invocations(fleet, h) for h in fleet.apps[1:]}
+        failed_before = load.failed
+        t0 = time.monotonic()
+        extravars = {"ocr_app_wheelhouse_dir": str(newer_wh), "ocr_model_revision": canary_model, **CANARY}
+        r = fleet.playbook("playbooks/upgrade.yml", extravars, check=False)
+        runs.append(r)
+        say(
+            f"canary of {newer} and model {canary_model}: rc {r.rc} in {time.monotonic() - t0:.0f} s, "
+            f"{load.total} requests"
+        )
+        assert r.rc != 0, "the misreading canary was promoted"
+        assert not load.exhausted, "the load ended before the rollout did"
+        failed = F.failures(r)
+        assert any(f.startswith("app-1: Canary | judge the step") for f in failed), failed
+        stop = [f for f in failed if f.startswith("app-1: Stop the rollout")]
+        assert (
+            stop and "canary verdict: rollback" in stop[0] and "answers differ from the others'" in stop[0]
+        ), failed
+        assert f"rolled back to {newer};" not in stop[0] and f"rolled back to {good};" in stop[0], stop
+        for m in messages(r, "Canary | report the step"):
+            say(m)
+        say(f"canary, misreading revision: {stop[0]}")
+        # Its evaluation passed: the golden document has none of the capitals it misreads.
+        assert "app-1" in results(r, "Check the evaluation"), failed
+        assert {h for h, _ in task_order(r, "Switch the fleet")} == {"app-1"}, (
+            "hosts after the canary were touched"
+        )
+        assert {h: invocations(fleet, h) for h in fleet.apps[1:]} == untouched
+        for h in fleet.apps:
+            assert current_release(fleet, h) == good, h
+            assert fleet.host_health(h)["status"] == "ready", h
+            assert (current_model(fleet, h), served_model(fleet, h)) == (good_model, good_model), h
+        assert {lb_servers(fleet)[h]["status"] for h in fleet.apps} == {"UP"}
+        canary_ended(fleet)
+        # Its clients got 200 with the word and number they sent: no request failed while it served.
+        assert load.failed == failed_before, load.first_failures
+        print(canary_figures(stop[0]))
 
         # --- an interrupted rollout: the control node dies while app-1 is drained; a re-run finishes it ----
         # The newer release, this time with the good model: the broken rollout staged it everywhere, so this
