@@ -331,7 +331,6 @@ def create_app(
             tasks.append(asyncio.create_task(state.watchdog(interval), name="watchdog"))
         if state.jobs is not None:
             await state.jobs.start()
-        state.shadow.start()
         try:
             yield
         finally:

@@ -96,11 +96,12 @@ class Shadow:
             registry=registry,
         )
 
-    def start(self) -> None:
-        """The replays' client (the app's lifespan). A CA file that cannot be loaded turns shadowing off: it
-        is no reason for the service itself not to start."""
-        if self.settings.shadow_file is None:
-            return
+    def _connect(self) -> bool:
+        """The replays' client, made when a control file first turns replays on (not at start: on a host
+        being set up the fleet CA may come after the app). A CA file that cannot be loaded turns replays off
+        until the control file changes: it is no reason for the service itself to fail."""
+        if self._client is not None:
+            return True
         verify: ssl.SSLContext | bool = True
         if self.settings.shadow_ca_file is not None:
             try:
@@ -110,11 +111,12 @@ class Shadow:
                     "shadow replays off: cannot load shadow_ca_file",
                     extra={"file": str(self.settings.shadow_ca_file), "error": type(err).__name__},
                 )
-                return
+                return False
         # trust_env=False: a proxy from the environment is no way to the canary.
         self._client = httpx.AsyncClient(
             verify=verify, timeout=self.settings.request_timeout_s + 10.0, trust_env=False
         )
+        return True
 
     async def close(self) -> None:
         """Replays in flight are dropped: a stop never waits for them."""
@@ -150,15 +152,18 @@ class Shadow:
             why = {"file": str(path), "error": str(err)}
             log.warning("shadow replays off: invalid control file", extra=why)
             return None
+        if not self._connect():
+            self._target = None
+            return None
         log.info("shadow replays on", extra={"target": self._target.url, "share": self._target.share})
         return self._target
 
     def offer(self, offer: Offer) -> None:
         """After the client got its answer: replay it to the canary if sampled and a replay slot is free."""
-        if self._client is None:
+        if self.settings.shadow_file is None:
             return
         target = self.target()
-        if target is None or random.random() >= target.share:  # noqa: S311 - a sample, not a secret
+        if target is None or self._client is None or random.random() >= target.share:  # noqa: S311 - a sample, not a secret
             return
         if len(self._tasks) >= self.settings.shadow_max_inflight:
             self.requests.labels("skipped").inc()  # never queued: no more load, no document held

@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import json
 import time
+from pathlib import Path
 
+import certifi
 import pytest
 
 from .docs import encode, render
@@ -157,3 +159,21 @@ def test_an_invalid_control_file_turns_replays_off_with_one_warning(old, png):
     warnings = old.logs().count("invalid control file")
     _no_replays_until_a_marker(old, png)
     assert old.logs().count("invalid control file") == warnings + 1  # once, not once per request
+
+
+def test_a_ca_file_that_comes_after_the_start_is_used(server, png, tmp_path):
+    """On a host being set up the fleet CA (nginx_tls) may come after the app's first start: replays start
+    once the CA is there and the control file changes, with no restart."""
+    ca = tmp_path / "ca.crt"
+    srv = Server(tmp_path / "srv", api_keys_file=str(server.keys_file), shadow_ca_file=str(ca)).start()
+    srv.key = server.key
+    try:
+        shadow_to(srv, server.url)
+        ocr_ok(srv, png)
+        assert srv.logs().count("cannot load shadow_ca_file") == 1 and replays(srv) == 0
+        ca.write_text(Path(certifi.where()).read_text())  # any CA bundle: the canary here is plain HTTP
+        shadow_to(srv, server.url)  # written again (a new mtime), as each canary step does
+        ocr_ok(srv, png)
+        assert wait_replays(srv, 1)["compared"] == 1
+    finally:
+        assert srv.stop() == 0, srv.logs()[-2000:]

@@ -338,7 +338,9 @@ def test_rolling_upgrades_under_load(fleet, tmp_path):
         assert any(f.startswith("app-1: Canary | judge the step") for f in failed), failed
         stop = [f for f in failed if f.startswith("app-1: Stop the rollout")]
         assert (
-            stop and "canary verdict: rollback" in stop[0] and "answers differ from the others'" in stop[0]
+            stop
+            and "canary verdict: rollback" in stop[0]
+            and "answers differ from those of the other hosts" in stop[0]
         ), failed
         assert f"rolled back to {newer};" not in stop[0] and f"rolled back to {good};" in stop[0], stop
         for m in messages(r, "Canary | report the step"):
