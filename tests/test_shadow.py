@@ -108,7 +108,8 @@ def test_replays_to_a_canary_of_the_same_model_read_the_same(old, server, png):
     assert server.metrics().get('ocr_requests_total{code="200"}', 0) - canary_requests == 3
     # The same request id on both sides (`journalctl REQUEST_ID=` finds both); no text in the old one's log.
     assert all(a["request_id"] in server.logs() for a in answers)
-    assert "2048" not in old.logs() and "Invoice" not in old.logs()
+    # Words, not numbers: a timestamp or a request id may hold any 4 digits.
+    assert "Invoice" not in old.logs() and "EUR" not in old.logs()
     assert '"outcome": "compared"' in old.logs()  # the debug line per replay: figures only
 
 

@@ -109,18 +109,22 @@ def ports(host: str) -> list[int]:
     return [8000 + i for i in range(MULTI_INSTANCES if host == MULTI else 1)]
 
 
+def units(host: str) -> list[str]:
+    return [f"ocr-app@{port - 8000}.service" for port in ports(host)]
+
+
 def invocations(fleet: F.Fleet, host: str) -> list[str]:
     """systemd's InvocationID of each instance: a new one for every start."""
-    units = [f"ocr-app@{port - 8000}.service" for port in ports(host)]
-    return fleet.lab.exec(host, ["systemctl", "show", "-p", "InvocationID", "--value", *units]).stdout.split()
+    return fleet.lab.exec(
+        host, ["systemctl", "show", "-p", "InvocationID", "--value", *units(host)]
+    ).stdout.split()
 
 
 def restart_windows(fleet: F.Fleet, host: str) -> list[tuple[int, int]]:
     """(stopped, active again) of each instance's last restart, in CLOCK_MONOTONIC microseconds (Type=notify:
     active at READY=1, its engine loaded)."""
-    units = [f"ocr-app@{port - 8000}.service" for port in ports(host)]
     props = "InactiveEnterTimestampMonotonic,ActiveEnterTimestampMonotonic"
-    out = fleet.lab.exec(host, ["systemctl", "show", "-p", props, *units]).stdout
+    out = fleet.lab.exec(host, ["systemctl", "show", "-p", props, *units(host)]).stdout
     blocks = [dict(line.split("=", 1) for line in b.split()) for b in out.strip().split("\n\n")]
     return [
         (int(b["InactiveEnterTimestampMonotonic"]), int(b["ActiveEnterTimestampMonotonic"])) for b in blocks
@@ -172,6 +176,22 @@ def canary_ended(fleet: F.Fleet) -> None:
     for h in fleet.apps:
         for path in (SHADOW_FILE, CANARY_TEXTFILE):
             assert fleet.lab.exec(h, ["test", "-e", path], check=False).returncode != 0, f"{path} left on {h}"
+
+
+def failed_rollout(fleet: F.Fleet, load: Load, runs: list, what: str, extravars: dict, task: str):
+    """Run upgrade.yml where it must fail: app-1's `task` fails and the rescue rolls it back. The run and its
+    last message (`app-1: Stop the rollout: ...`)."""
+    t0 = time.monotonic()
+    r = fleet.playbook("playbooks/upgrade.yml", extravars, check=False)
+    runs.append(r)
+    say(f"{what}: rc {r.rc} in {time.monotonic() - t0:.0f} s, {load.total} requests")
+    assert r.rc != 0, f"{what}: the rollout succeeded"
+    assert not load.exhausted, "the load ended before the rollout did"
+    failed = F.failures(r)
+    assert any(f.startswith(f"app-1: {task}") for f in failed), failed
+    stop = [f for f in failed if f.startswith("app-1: Stop the rollout")]
+    assert stop, failed
+    return r, stop[0]
 
 
 def served_model(fleet: F.Fleet, host: str) -> str:
@@ -247,6 +267,7 @@ def test_rolling_upgrades_under_load(fleet, tmp_path):
         steps = messages(r, "Canary | report the step")
         assert [m.split(":")[0] for m in steps] == ["canary app-1 step 1/2", "canary app-1 step 2/2"], steps
         assert "25 % of the requests" in steps[0] and "50 % of the requests" in steps[1], steps
+        assert steps[0].endswith("decision: go on to 50 %") and steps[1].endswith("decision: promote"), steps
         for m in steps:
             say(m)
         assert results(r, "Canary | publish the step's figures")["app-1"].get("changed"), (
@@ -280,25 +301,15 @@ def test_rolling_upgrades_under_load(fleet, tmp_path):
         # A cached wheel damaged on the last host: its copy must not be trusted, so that wheel travels again.
         damaged = next(w.name for w in base.glob("*.whl") if not w.name.startswith("ocr_app-"))
         fleet.lab.exec(fleet.apps[-1], ["truncate", "-s", "-1", f"/opt/ocr-app/wheels/{damaged}"])
-        t0 = time.monotonic()
         extravars = {"ocr_app_wheelhouse_dir": str(newer_wh), "ocr_model_revision": bad_model, **gate}
-        r = fleet.playbook("playbooks/upgrade.yml", extravars, check=False)
-        runs.append(r)
-        say(
-            f"broken upgrade to {newer} and model {bad_model}: rc {r.rc} in {time.monotonic() - t0:.0f} s, "
-            f"{load.total} requests"
-        )
-        assert r.rc != 0, "the broken model's rollout succeeded"
-        assert not load.exhausted, "the load ended before the rollout did"
-        failed = F.failures(r)
-        assert any(f.startswith("app-1: Check the evaluation") for f in failed), failed
-        stop = [f for f in failed if f.startswith("app-1: Stop the rollout")]
+        what = f"broken upgrade to {newer} and model {bad_model}"
+        r, stop = failed_rollout(fleet, load, runs, what, extravars, "Check the evaluation")
         # The golden document still read right; the evaluation set's capitals did not.
-        assert stop and "failed the evaluation: CER" in stop[0] and "the baseline's" in stop[0], failed
-        assert f"rolled back to {good};" in stop[0], stop  # the release it runs again, by name
+        assert "failed the evaluation: CER" in stop and "the baseline's" in stop, stop
+        assert f"rolled back to {good};" in stop, stop  # the release it runs again, by name
         order = task_order(r, "Switch the fleet")
         assert ("app-1", "Check the smoke test's text") in order, order
-        say(f"evaluation gate, broken revision: {stop[0]}")
+        say(f"evaluation gate, broken revision: {stop}")
         assert {h for h, _ in order} == {"app-1"}, "hosts after the failed one were touched"
         # Staging the release and the model restarted nothing on the hosts it never switched.
         assert {h: invocations(fleet, h) for h in fleet.apps[1:]} == untouched
@@ -324,30 +335,19 @@ def test_rolling_upgrades_under_load(fleet, tmp_path):
         # evaluation (the golden document) pass: only the old hosts' answers on live documents tell.
         untouched = {h: invocations(fleet, h) for h in fleet.apps[1:]}
         failed_before = load.failed
-        t0 = time.monotonic()
         extravars = {"ocr_app_wheelhouse_dir": str(newer_wh), "ocr_model_revision": canary_model, **CANARY}
-        r = fleet.playbook("playbooks/upgrade.yml", extravars, check=False)
-        runs.append(r)
-        say(
-            f"canary of {newer} and model {canary_model}: rc {r.rc} in {time.monotonic() - t0:.0f} s, "
-            f"{load.total} requests"
-        )
-        assert r.rc != 0, "the misreading canary was promoted"
-        assert not load.exhausted, "the load ended before the rollout did"
-        failed = F.failures(r)
-        assert any(f.startswith("app-1: Canary | judge the step") for f in failed), failed
-        stop = [f for f in failed if f.startswith("app-1: Stop the rollout")]
-        assert (
-            stop
-            and "canary verdict: rollback" in stop[0]
-            and "answers differ from those of the other hosts" in stop[0]
-        ), failed
-        assert f"rolled back to {newer};" not in stop[0] and f"rolled back to {good};" in stop[0], stop
-        for m in messages(r, "Canary | report the step"):
+        what = f"canary of {newer} and model {canary_model}"
+        r, stop = failed_rollout(fleet, load, runs, what, extravars, "Canary | judge the step")
+        assert "canary verdict: rollback" in stop, stop
+        assert "answers differ from those of the other hosts" in stop, stop
+        assert f"rolled back to {good};" in stop, stop
+        steps = messages(r, "Canary | report the step")
+        for m in steps:
             say(m)
-        say(f"canary, misreading revision: {stop[0]}")
+        assert "decision: rollback: its answers differ" in steps[-1], steps
+        say(f"canary, misreading revision: {stop}")
         # Its evaluation passed: the golden document has none of the capitals it misreads.
-        assert "app-1" in results(r, "Check the evaluation"), failed
+        assert "app-1" in results(r, "Check the evaluation"), F.failures(r)
         assert {h for h, _ in task_order(r, "Switch the fleet")} == {"app-1"}, (
             "hosts after the canary were touched"
         )
@@ -360,7 +360,7 @@ def test_rolling_upgrades_under_load(fleet, tmp_path):
         canary_ended(fleet)
         # Its clients got 200 with the word and number they sent: no request failed while it served.
         assert load.failed == failed_before, load.first_failures
-        print(canary_figures(stop[0]))
+        print(canary_figures(stop))
 
         # --- an interrupted rollout: the control node dies while app-1 is drained; a re-run finishes it ----
         # The newer release, this time with the good model: the broken rollout staged it everywhere, so this
