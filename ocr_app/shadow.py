@@ -200,8 +200,9 @@ class Shadow:
         except (httpx.HTTPError, ValueError, KeyError, TypeError, AttributeError) as err:
             outcome = "failed"
             figures["error"] = type(err).__name__
-        self.requests.labels(outcome).inc()
+        # Logged before it is counted: whoever watches the counter finds the line written.
         log.debug("shadow replay", extra={"outcome": outcome, **figures})
+        self.requests.labels(outcome).inc()
 
 
 async def _compare(ours: list[str], theirs: list[str]) -> tuple[int, int]:
