@@ -27,7 +27,7 @@ from .auth import KEY_HEADERS, KeyStore, require_caller
 from .config import Settings
 from .documents import MULTIPART_TYPE, SUPPORTED_TYPES, normalise_media_type, parse_page_selection
 from .engines import Engine, create_engine
-from .jobs.service import Jobs, no_database
+from .jobs.service import Jobs, check_webhook_url, no_database
 from .logs import request_id_var
 from .metrics import Metrics
 from .pipeline import CLIENT_GONE, Job, Pipeline, Trace
@@ -42,6 +42,7 @@ from .results import (
     OcrResponse,
     client_gone,
     invalid_parameter,
+    job_urls,
     not_ready,
     too_large,
     unsupported_media_type,
@@ -60,7 +61,7 @@ class AppState:
     """Everything a request needs, built once from Settings."""
 
     def __init__(self, settings: Settings, engine: Engine, on_fatal: Callable[[str], None] | None):
-        self.settings = settings
+        self.settings = settings = settings.for_engine(engine.name)
         self.engine = engine
         self.on_fatal = on_fatal
         self.keys = KeyStore(settings.api_keys_file) if not settings.auth_disabled else None
@@ -74,13 +75,29 @@ class AppState:
         self.stopping = False
         engine.on_fatal = self.fatal  # a backend that dies between requests (vLLM's engine core)
         self.jobs = (
-            Jobs(settings, self.pipeline, self.metrics, self.may_work_jobs, lambda: self.stopping)
+            Jobs(
+                settings,
+                self.pipeline,
+                self.metrics,
+                self.may_work_jobs,
+                lambda: self.stopping,
+                self.webhook_secret,
+            )
             if settings.database_url
             else None
         )
 
     def may_work_jobs(self) -> bool:
         return self.status == "ready" and not self.stopping and not self.admission.draining
+
+    def webhook_secret(self, owner: str) -> tuple[bool, str | None]:
+        """The secret that signs the webhooks of owner's jobs: (found, secret). With API keys, the hex sha256
+        of the owner's key (the client computes it from its key); not found once that key was removed.
+        Without, job_webhook_secret (None: unsigned)."""
+        if self.keys is None:
+            return True, self.settings.job_webhook_secret
+        digest = self.keys.digest_of(owner)
+        return digest is not None, digest
 
     def require_jobs(self) -> Jobs:
         """The job service, or the 503 that says what is missing (a database, its schema)."""
@@ -476,6 +493,11 @@ _JOB_ERRORS: dict[int | str, dict] = {
 }
 _SUBMIT_ERRORS: dict[int | str, dict] = {
     **ERROR_RESPONSES,
+    400: {
+        "model": ErrorBody,
+        "description": "invalid_image: undecodable or truncated document; "
+        "invalid_webhook: webhook_url not under job_webhook_allowed_urls",
+    },
     409: {"model": ErrorBody, "description": "idempotency_conflict: the key was used for another document"},
     429: {
         "model": ErrorBody,
@@ -483,13 +505,6 @@ _SUBMIT_ERRORS: dict[int | str, dict] = {
     },
     503: _JOB_ERRORS[503],
 }
-
-
-def _job_urls(job_id: str) -> JobCreated:
-    base = f"/v1/jobs/{job_id}"
-    return JobCreated(
-        job_id=job_id, status_url=base, events_url=f"{base}/events", result_url=f"{base}/result"
-    )
 
 
 def _job_routes(app: FastAPI, state: AppState) -> None:
@@ -502,6 +517,12 @@ def _job_routes(app: FastAPI, state: AppState) -> None:
         responses=_SUBMIT_ERRORS,
         openapi_extra=_OCR_BODY,
         summary="Submit a document as a bulk job (read page by page by the whole fleet)",
+        description="The job is read by every instance; follow it at status_url or events_url, fetch its "
+        "pages at result_url. With webhook_url, the service POSTs `job.finished` there once the job is done, "
+        "failed or cancelled, signed in X-OCR-Signature (`t=<unix seconds>,v1=<hex>`: HMAC-SHA256 keyed with "
+        "the lowercase hex sha256 of the API key that submitted the job, over `<t>.` followed by the body; "
+        "`ocr_app.jobs.webhooks.verify` checks it). Unsigned when the server runs without API keys and "
+        "job_webhook_secret is unset.",
     )
     async def submit_job(
         request: Request,
@@ -510,6 +531,17 @@ def _job_routes(app: FastAPI, state: AppState) -> None:
         preview: bool = Query(False, description="each page's image as the engine saw it, as a data URL"),
         max_tokens: int | None = Query(
             None, ge=1, description="vllm engine: the most tokens the model may write per page"
+        ),
+        webhook_url: str | None = Query(
+            None,
+            max_length=2000,
+            description="POSTed to once the job is finished (done, failed or cancelled), JSON "
+            "{event: job.finished, job_id, status, pages_total, pages_done, pages_failed, finished_at, "
+            "status_url, result_url}, headers X-OCR-Webhook-Id (the same on every retry) and "
+            "X-OCR-Signature: t=<unix seconds>,v1=<hex HMAC-SHA256(secret, '<t>.' + body)>, the secret "
+            "being the hex sha256 of your API key. Must lie under the server's job_webhook_allowed_urls "
+            "(else 400 invalid_webhook). Answer 2xx; a 5xx or no answer is retried with back-off, a 3xx "
+            "(never followed) or 4xx is not",
         ),
         idempotency_key: str | None = Header(
             None,
@@ -521,16 +553,17 @@ def _job_routes(app: FastAPI, state: AppState) -> None:
         jobs = state.require_jobs()
         content_type = request.headers.get("content-type", "")
         _check_media_type(content_type)
+        check_webhook_url(webhook_url, s.job_webhook_allowed_urls)
         selection = parse_page_selection(pages, s.max_job_pages)
         _check_max_tokens(max_tokens, s.vllm_max_tokens_cap)
         _check_declared_length(request, s.max_job_bytes)
         body = await _read_body(request, s.max_job_bytes)
         request.state.bytes = len(body)
         job_id, created = await jobs.submit(
-            caller, idempotency_key, body, content_type, selection, preview, max_tokens
+            caller, idempotency_key, body, content_type, selection, preview, max_tokens, webhook_url
         )
         headers = {"Location": f"/v1/jobs/{job_id}"} | ({} if created else {"Idempotent-Replayed": "true"})
-        return JSONResponse(_job_urls(str(job_id)).model_dump(), status_code=202, headers=headers)
+        return JSONResponse(job_urls(str(job_id)).model_dump(), status_code=202, headers=headers)
 
     @app.get("/v1/jobs/{job_id}", response_model=JobStatus, responses=_JOB_ERRORS, summary="A job's status")
     async def job_status(job_id: str, caller: str = Depends(require_caller)) -> JobStatus:

@@ -104,6 +104,15 @@ class KeyStore:
                 found = name
         return found
 
+    def digest_of(self, name: str) -> str | None:
+        """The sha256 hex of the key named `name` (a job's owner): what signs its webhooks; None: no such
+        key."""
+        self.reload()
+        for entry, digest in self._snap.entries:
+            if entry == name:
+                return digest.hex()
+        return None
+
 
 def add_key(path: Path, name: str) -> str:
     """Append a new random key's hash for `name`; returns the clear key (shown once)."""

@@ -87,7 +87,10 @@ class Settings(BaseSettings):
     max_pages: int = Field(50, ge=1, le=10_000)
     pdf_dpi: int = Field(200, ge=36, le=600)
     request_timeout_s: float = Field(30.0, gt=0)
-    max_concurrency: int = Field(2, ge=1, le=1024)
+    # Requests in flight per instance; None: the engine's own (Settings.for_engine): vllm's batch
+    # (vllm_max_num_seqs), so a GPU host deployed with the defaults runs full batches; the CPU engine's
+    # workers, at least 2 (one request decodes while another is recognised).
+    max_concurrency: int | None = Field(None, ge=1, le=4096)
     max_queue: int = Field(8, ge=0, le=100_000)
     # Decode worker processes (ocr_app/decode.py) and the bounds on each document's decode.
     preprocess_workers: int = Field(default_factory=lambda: os.cpu_count() or 1, ge=1, le=64)
@@ -110,6 +113,20 @@ class Settings(BaseSettings):
     max_jobs_in_flight: int = Field(8, ge=1, le=10_000)  # queued or running jobs per API key
     # Job pages are taken only while at most this many interactive requests wait for a slot.
     job_claim_max_queue: int = Field(0, ge=0)
+    # Webhooks (ocr_app/jobs/webhooks.py): a job's webhook_url must lie under one of these URL prefixes
+    # (same scheme, host and port; the path at or below the prefix's). Empty: webhooks refused. An
+    # allow-list, as the app POSTs from inside the fleet's network: a client must not make it call arbitrary
+    # internal addresses.
+    job_webhook_allowed_urls: list[str] = Field(default_factory=list, max_length=100)
+    # Signs the deliveries of jobs submitted without authentication (auth_disabled); None: sent unsigned. With
+    # API keys each delivery is signed with its key's sha256 hex, never with this. A secret: never logged.
+    job_webhook_secret: str | None = Field(None, min_length=16)
+    # Attempts per delivery: a 5xx, a time-out or no connection is retried after job_webhook_retry_base_s,
+    # doubled each time (capped at 15 min, jittered): the default 8 spans about 10 min of receiver outage.
+    job_webhook_max_attempts: int = Field(8, ge=1, le=100)
+    job_webhook_retry_base_s: float = Field(5.0, gt=0, le=900)
+    # Per attempt, connect to last byte: a receiver should answer at once and do its work afterwards.
+    job_webhook_timeout_s: float = Field(10.0, gt=0, le=300)
 
     # Shadow comparison during a canary upgrade (ocr_app/shadow.py): while shadow_file exists (JSON {"url",
     # "share"}, written by the ocr_app role's `shadow`), a share of this instance's 200 answers is replayed to
@@ -139,6 +156,13 @@ class Settings(BaseSettings):
     # vllm_max_tokens and is retried takes tens of seconds; a rapidocr page, seconds.
     health_engine_stall_s: float = Field(120.0, gt=0)
 
+    def for_engine(self, engine: str) -> Settings:
+        """These settings with the defaults that depend on the engine (once resolved) filled in."""
+        if self.max_concurrency is not None:
+            return self
+        n = self.vllm_max_num_seqs if engine == "vllm" else max(2, self.rapidocr_workers)
+        return self.model_copy(update={"max_concurrency": n})
+
     @model_validator(mode="after")
     def _vllm_is_consistent(self) -> Settings:
         if self.engine == "vllm" and self.model_path is None:
@@ -160,6 +184,15 @@ class Settings(BaseSettings):
             raise ValueError(
                 "api_keys_file is required (set auth_disabled: true to run without authentication)"
             )
+        return self
+
+    @model_validator(mode="after")
+    def _webhook_prefixes_are_urls(self) -> Settings:
+        from .jobs.webhooks import prefix_problem  # httpx's parser: the one that sends the webhooks
+
+        problems = [p for p in map(prefix_problem, self.job_webhook_allowed_urls) if p is not None]
+        if problems:
+            raise ValueError("job_webhook_allowed_urls: " + "; ".join(problems))
         return self
 
     @classmethod

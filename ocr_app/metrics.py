@@ -83,6 +83,17 @@ class Metrics:
         )
         for outcome in ("ok", "failed"):
             self.job_pages.labels(outcome)
+        # Each attempt this instance made to deliver a job's webhook: delivered (2xx), retried (a 5xx, a
+        # time-out or no connection, with attempts left), failed (given up: 3xx/4xx, attempts spent, the URL
+        # no longer allowed). failed is also logged at warning priority.
+        self.job_webhooks = Counter(
+            "ocr_job_webhooks",
+            "Job webhook delivery attempts by outcome (delivered, retried, failed)",
+            ["outcome"],
+            registry=r,
+        )
+        for outcome in ("delivered", "retried", "failed"):
+            self.job_webhooks.labels(outcome)
         # ocr_shadow_* (the canary replays) are ocr_app/shadow.py's, in this registry.
         self.inflight = Gauge("ocr_inflight_requests", "OCR requests being processed", registry=r)
         self.queue_depth = Gauge("ocr_queue_depth", "OCR requests waiting for a slot", registry=r)

@@ -45,7 +45,8 @@ class Trace:
 
 class Pipeline:
     def __init__(self, settings: Settings, engine: Engine, metrics: Metrics):
-        self.settings = settings
+        self.settings = settings = settings.for_engine(engine.name)
+        assert settings.max_concurrency is not None
         self.engine = engine
         self.metrics = metrics
         self.admission = Admission(settings.max_concurrency, settings.max_queue, settings.drain_file)

@@ -161,6 +161,10 @@ def jobs_unavailable(message: str) -> ApiError:
     return ApiError(503, "jobs_unavailable", message, {"Retry-After": "5"})
 
 
+def invalid_webhook(message: str) -> ApiError:
+    return ApiError(400, "invalid_webhook", message)
+
+
 def job_not_found() -> ApiError:
     return ApiError(404, "not_found", "no such job for this API key")
 
@@ -189,6 +193,14 @@ class JobCreated(BaseModel):
     status_url: str
     events_url: str
     result_url: str
+
+
+def job_urls(job_id: str) -> JobCreated:
+    """A job's URLs, relative to the service: the 202 of POST /v1/jobs and a webhook's body carry them."""
+    base = f"/v1/jobs/{job_id}"
+    return JobCreated(
+        job_id=job_id, status_url=base, events_url=f"{base}/events", result_url=f"{base}/result"
+    )
 
 
 class JobPages(BaseModel):

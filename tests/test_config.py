@@ -61,3 +61,15 @@ def test_serve_with_invalid_config_exits_nonzero_with_message(tmp_path):
         [OCR_APP, "serve", "--config", str(tmp_path / "nope.yml")], capture_output=True, text=True
     )
     assert r.returncode == 2 and "does not exist" in r.stderr
+
+
+def test_concurrency_follows_the_engine(tmp_path):
+    """Unset, max_concurrency fills the engine's batch (vllm_max_num_seqs on vllm, so a GPU host deployed with
+    the defaults is not held to a few pages); the CPU engine's workers, at least 2; a set value is kept."""
+    s = load_settings(auth_disabled=True, vllm_max_num_seqs=48, rapidocr_workers=6)
+    assert s.max_concurrency is None
+    assert s.for_engine("vllm").max_concurrency == 48
+    assert s.for_engine("rapidocr").max_concurrency == 6
+    assert load_settings(auth_disabled=True, rapidocr_workers=1).for_engine("rapidocr").max_concurrency == 2
+    fixed = load_settings(auth_disabled=True, max_concurrency=3)
+    assert fixed.for_engine("vllm").max_concurrency == 3

@@ -65,6 +65,28 @@ MIGRATIONS: list[tuple[int, str, str]] = [
         );
         """,
     ),
+    (
+        2,
+        "webhook deliveries of finished jobs",
+        # A new table only: a release at version 1 neither reads nor writes it. The row is written with the
+        # job (at submit) and becomes due when the job is finished, whichever release finishes it.
+        """
+        CREATE TABLE ocr_job_webhooks (
+            id uuid PRIMARY KEY,                 -- X-OCR-Webhook-Id: the same on every attempt
+            job_id uuid NOT NULL UNIQUE REFERENCES ocr_jobs (id) ON DELETE CASCADE,
+            url text NOT NULL,
+            state text NOT NULL DEFAULT 'pending' CHECK (state IN ('pending', 'delivered', 'failed')),
+            attempts int NOT NULL DEFAULT 0,     -- counted when claimed: an attempt whose sender died counts
+            next_attempt_at timestamptz NOT NULL DEFAULT now(),
+            lease_owner text,
+            lease_expires_at timestamptz,
+            last_status int,                     -- the receiver's HTTP status at the last attempt
+            last_error text,                     -- or why there was none (time-out, connection)
+            finished_at timestamptz
+        );
+        CREATE INDEX ocr_job_webhooks_pending ON ocr_job_webhooks (next_attempt_at) WHERE state = 'pending';
+        """,
+    ),
 ]
 LATEST = MIGRATIONS[-1][0]
 

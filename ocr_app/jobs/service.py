@@ -18,10 +18,17 @@ from ..config import Settings
 from ..decode import DecodeRequest
 from ..metrics import Metrics
 from ..pipeline import Pipeline
-from ..results import invalid_parameter, job_not_finished, job_not_found, jobs_unavailable, too_large
-from . import events
+from ..results import (
+    invalid_parameter,
+    invalid_webhook,
+    job_not_finished,
+    job_not_found,
+    jobs_unavailable,
+    too_large,
+)
+from . import events, webhooks
 from .store import FINISHED, JobStore, unavailable
-from .worker import JobWorker
+from .worker import JobWorker, SecretOf
 
 NO_DATABASE = (
     "bulk jobs need a PostgreSQL database: set database_url (env OCR_APP_DATABASE_URL) and run "
@@ -35,6 +42,19 @@ def _database():
         yield
     except psycopg.Error as err:  # the pool's timeout included
         raise unavailable(err) from None
+
+
+def check_webhook_url(url: str | None, allowed: list[str]) -> None:
+    """400 invalid_webhook unless the URL lies under one of job_webhook_allowed_urls."""
+    if url is None:
+        return
+    if not allowed:
+        raise invalid_webhook("webhooks are not enabled on this server (job_webhook_allowed_urls is empty)")
+    if not webhooks.allowed(url, allowed):
+        raise invalid_webhook(
+            "webhook_url must be an http(s) URL without user info under one of the server's "
+            "job_webhook_allowed_urls"
+        )
 
 
 def _job_id(text: str) -> uuid.UUID:
@@ -52,13 +72,19 @@ class Jobs:
         metrics: Metrics,
         may_work: Callable[[], bool],
         stopping: Callable[[], bool],
+        webhook_secret: SecretOf,
     ):
         assert settings.database_url is not None
         self.settings = settings
         self.pipeline = pipeline
         self.stopping = stopping
-        self.store = JobStore(settings.database_url, max_connections=4 + 2 * settings.max_concurrency)
-        self.worker = JobWorker(settings, self.store, pipeline, metrics, may_work)
+        # Every use of a connection is one short statement or transaction (never held across a page's OCR),
+        # so a few serve many claimers: a GPU instance's 64 must not take 132 of the server's connections.
+        assert settings.max_concurrency is not None  # resolved for the engine (Settings.for_engine)
+        self.store = JobStore(
+            settings.database_url, max_connections=4 + min(2 * settings.max_concurrency, 12)
+        )
+        self.worker = JobWorker(settings, self.store, pipeline, metrics, may_work, webhook_secret)
 
     async def start(self) -> None:
         await self.store.open()
@@ -82,6 +108,7 @@ class Jobs:
         selection: list[int] | None,
         preview: bool,
         max_tokens: int | None,
+        webhook_url: str | None = None,
     ) -> tuple[uuid.UUID, bool]:
         s = self.settings
         bound = selection[-1] if selection else s.max_job_pages + 1
@@ -97,8 +124,10 @@ class Jobs:
         elif selection[-1] > count:
             raise invalid_parameter(f"page {selection[-1]} is out of range: the document has {count} page(s)")
         options = {"preview": preview, "max_tokens": max_tokens}
+        # The webhook is part of what was asked for; without one the fingerprint is as before webhooks.
+        hook = {"webhook_url": webhook_url} if webhook_url is not None else {}
         fingerprint = hashlib.sha256(
-            json.dumps({"document": digest, "pages": selection, **options}, sort_keys=True).encode()
+            json.dumps({"document": digest, "pages": selection, **options, **hook}, sort_keys=True).encode()
         ).hexdigest()
         with _database():
             return await self.store.create(
@@ -111,6 +140,7 @@ class Jobs:
                 body,
                 s.job_range_pages,
                 s.max_jobs_in_flight,
+                webhook_url,
             )
 
     async def status(self, owner: str, job_id: str) -> dict:

@@ -37,6 +37,17 @@ class Claim:
 
 
 @dataclass(frozen=True)
+class Delivery:
+    """A webhook delivery claimed for one attempt (this one: `attempts`, counted from 1)."""
+
+    id: uuid.UUID
+    job_id: uuid.UUID
+    owner: str
+    url: str
+    attempts: int
+
+
+@dataclass(frozen=True)
 class PageRow:
     page: int
     result: str | None  # the page's JSON as /v1/ocr returns it
@@ -100,8 +111,10 @@ class JobStore:
         body: bytes,
         range_pages: int,
         max_in_flight: int,
+        webhook_url: str | None = None,
     ) -> tuple[uuid.UUID, bool]:
-        """The job's id and whether it was created now (False: the same key sent the same job before)."""
+        """The job's id and whether it was created now (False: the same key sent the same job before).
+        With a webhook_url, its delivery row is written with the job: it is due once the job is finished."""
         job_id = uuid.uuid4()
         async with self.pool.connection() as conn, conn.transaction():
             # One caller's submissions take turns: the in-flight count and the key's lookup hold.
@@ -137,6 +150,11 @@ class JobStore:
                     "INSERT INTO ocr_job_ranges (job_id, first_page, pages, state)"
                     " VALUES (%s, %s, %s, 'queued')",
                     [(job_id, r[0], r) for r in ranges],
+                )
+            if webhook_url is not None:
+                await conn.execute(
+                    "INSERT INTO ocr_job_webhooks (id, job_id, url) VALUES (%s, %s, %s)",
+                    (uuid.uuid4(), job_id, webhook_url),
                 )
         return job_id, True
 
@@ -365,6 +383,71 @@ class JobStore:
             params += (claim.job_id, claim.first_page)
         async with self.pool.connection() as conn:
             return (await conn.execute(sql, params)).rowcount
+
+    # --- the webhook senders' side ---------------------------------------------------------------------
+
+    async def claim_webhook(self, worker: str, lease_s: float) -> Delivery | None:
+        """Lease the longest-due webhook delivery of a finished job: pending, its next attempt due, and not
+        leased (or its sender's lease expired: that sender died). Its attempt is counted now."""
+        async with self.pool.connection() as conn, conn.transaction():
+            row = await (
+                await conn.execute(
+                    """
+                    WITH c AS (
+                        SELECT w.id, j.owner
+                        FROM ocr_job_webhooks w JOIN ocr_jobs j ON j.id = w.job_id
+                        WHERE w.state = 'pending' AND w.next_attempt_at <= now()
+                          AND (w.lease_expires_at IS NULL OR w.lease_expires_at < now())
+                          AND j.status IN ('done', 'failed', 'cancelled')
+                        ORDER BY w.next_attempt_at
+                        LIMIT 1
+                        FOR UPDATE OF w SKIP LOCKED
+                    )
+                    UPDATE ocr_job_webhooks w
+                    SET lease_owner = %s, lease_expires_at = now() + make_interval(secs => %s),
+                        attempts = w.attempts + 1
+                    FROM c WHERE w.id = c.id
+                    RETURNING w.id, w.job_id, c.owner, w.url, w.attempts
+                    """,
+                    (worker, lease_s),
+                )
+            ).fetchone()
+        return Delivery(*row) if row else None
+
+    async def webhook_done(
+        self, delivery: Delivery, state: str, status: int | None, error: str | None
+    ) -> None:
+        """Record a final outcome: delivered or failed."""
+        async with self.pool.connection() as conn:
+            await conn.execute(
+                "UPDATE ocr_job_webhooks SET state = %s, last_status = %s, last_error = %s,"
+                " finished_at = now(), lease_owner = NULL, lease_expires_at = NULL"
+                " WHERE id = %s AND state = 'pending'",
+                (state, status, error, delivery.id),
+            )
+
+    async def webhook_retry(
+        self, delivery: Delivery, after_s: float, status: int | None, error: str | None
+    ) -> None:
+        """Another attempt after_s from now (by whichever instance claims it then)."""
+        async with self.pool.connection() as conn:
+            await conn.execute(
+                "UPDATE ocr_job_webhooks SET last_status = %s, last_error = %s,"
+                " next_attempt_at = now() + make_interval(secs => %s), lease_owner = NULL,"
+                " lease_expires_at = NULL WHERE id = %s AND state = 'pending'",
+                (status, error, after_s, delivery.id),
+            )
+
+    async def release_webhooks(self, worker: str) -> int:
+        """Give back the deliveries this sender was attempting when it stopped: due again at once, the
+        interrupted attempt not counted."""
+        async with self.pool.connection() as conn:
+            cur = await conn.execute(
+                "UPDATE ocr_job_webhooks SET lease_owner = NULL, lease_expires_at = NULL,"
+                " attempts = greatest(attempts - 1, 0) WHERE lease_owner = %s AND state = 'pending'",
+                (worker,),
+            )
+            return cur.rowcount
 
     # --- the timer's side -----------------------------------------------------------------------------
 

@@ -2,8 +2,9 @@
 through the Pipeline (as /v1/ocr reads them), keeps its leases alive, and gives them back when it stops.
 
 Loops, one owner each: `max_concurrency` claimers (a page each at most, in admission's spare slots), the
-heartbeat (every lease renewed at a third of job_lease_s), and the timer (schema check, result expiry,
-fleet-wide metrics, every job_sweep_s).
+heartbeat (every lease renewed at a third of job_lease_s), the timer (schema check, result expiry,
+fleet-wide metrics, every job_sweep_s), and WEBHOOK_SENDERS webhook senders (a finished job's delivery each,
+leased like a range: webhooks.py says what is sent and when again).
 """
 
 from __future__ import annotations
@@ -17,15 +18,22 @@ import uuid
 from collections.abc import Callable
 from contextlib import suppress
 
+import httpx
 import psycopg
 
 from ..config import Settings
 from ..metrics import Metrics
 from ..pipeline import Job, Pipeline
-from ..results import ApiError
-from .store import Claim, JobStore
+from ..results import ApiError, job_urls
+from . import webhooks
+from .store import Claim, Delivery, JobStore
 
 log = logging.getLogger("ocr_app.jobs")
+
+# A job owner's webhook secret: (found, secret); not found: its API key was removed since (api.py's).
+SecretOf = Callable[[str], tuple[bool, str | None]]
+# Deliveries attempted at once by an instance: a receiver slow to answer holds one sender only.
+WEBHOOK_SENDERS = 4
 
 
 class JobWorker:
@@ -36,12 +44,14 @@ class JobWorker:
         pipeline: Pipeline,
         metrics: Metrics,
         may_work: Callable[[], bool],
+        webhook_secret: SecretOf,
     ):
         self.settings = settings
         self.store = store
         self.pipeline = pipeline
         self.metrics = metrics
         self.may_work = may_work  # the engine is ready, the instance neither draining nor stopping
+        self.webhook_secret = webhook_secret
         # Unique per process: a restarted instance never renews its predecessor's leases.
         self.id = f"{socket.gethostname()}:{settings.port}:{os.getpid()}"
         self._tasks: list[asyncio.Task] = []
@@ -51,13 +61,24 @@ class JobWorker:
         # The ranges being read now: the heartbeat renews these only, so a range given up on an error is
         # never kept alive by the heartbeat; its lease expires and another worker takes it.
         self._held: dict[tuple[uuid.UUID, int], Claim] = {}
+        self._hooks_empty_at = -float("inf")  # as _empty_at, for the webhook senders
+        self._http: httpx.AsyncClient | None = None  # the webhooks' client, from start() to stop()
 
     def start(self) -> None:
+        # Redirects are never followed (a receiver could point the app anywhere); no proxy from the
+        # environment (a receiver is reached directly, as the allow-list says).
+        self._http = httpx.AsyncClient(
+            follow_redirects=False, trust_env=False, timeout=self.settings.job_webhook_timeout_s
+        )
         self._tasks = [asyncio.create_task(self._timer(), name="jobs-timer")]
         self._tasks.append(asyncio.create_task(self._heartbeat(), name="jobs-heartbeat"))
         self._tasks += [
             asyncio.create_task(self._claimer(), name=f"jobs-claimer-{i}")
             for i in range(self.settings.max_concurrency)
+        ]
+        self._tasks += [
+            asyncio.create_task(self._webhook_sender(), name=f"jobs-webhook-{i}")
+            for i in range(WEBHOOK_SENDERS)
         ]
 
     async def stop(self) -> None:
@@ -69,6 +90,11 @@ class JobWorker:
             released = await self.store.release(self.id)
             if released:
                 log.info("job leases released", extra={"ranges": released})
+            released = await self.store.release_webhooks(self.id)
+            if released:
+                log.info("webhook deliveries released", extra={"webhooks": released})
+        if self._http is not None:
+            await self._http.aclose()
 
     def _claimable(self) -> bool:
         return (
@@ -171,3 +197,90 @@ class JobWorker:
             except psycopg.Error as err:
                 log.warning("job timer: database error: %s", err)
             await asyncio.sleep(self.settings.job_sweep_s)
+
+    # --- webhooks ---------------------------------------------------------------------------------------
+
+    async def _webhook_sender(self) -> None:
+        poll = self.settings.job_poll_s
+        lease_s = self.settings.job_webhook_timeout_s + self.settings.job_lease_s
+        while True:
+            if self.store.refusal() is not None or time.monotonic() - self._hooks_empty_at < poll:
+                await asyncio.sleep(min(poll, 0.1))
+                continue
+            try:
+                delivery = await self.store.claim_webhook(self.id, lease_s)
+                if delivery is None:
+                    self._hooks_empty_at = time.monotonic()
+                    continue
+                await self._deliver(delivery)
+            except psycopg.Error as err:  # its lease expires: another sender attempts it again
+                log.warning("webhook sender: database error: %s", err)
+                await asyncio.sleep(poll)
+            except Exception:
+                log.exception("webhook sender: unexpected error")
+                await asyncio.sleep(poll)
+
+    async def _deliver(self, d: Delivery) -> None:
+        s = self.settings
+        ctx = {
+            "job_id": str(d.job_id),
+            "webhook_id": str(d.id),
+            "attempt": d.attempts,
+            "receiver": webhooks.host_of(d.url),
+        }
+        if d.attempts > s.job_webhook_max_attempts:  # its senders died mid-attempt, each time
+            return await self._webhook_failed(d, None, "job_webhook_max_attempts spent", ctx)
+        if not webhooks.allowed(d.url, s.job_webhook_allowed_urls):
+            return await self._webhook_failed(d, None, "no longer under job_webhook_allowed_urls", ctx)
+        found, secret = self.webhook_secret(d.owner)
+        if not found:
+            return await self._webhook_failed(d, None, "the job's API key no longer exists", ctx)
+        status = await self.store.status(d.owner, d.job_id)
+        if status is None:  # expired meanwhile: its delivery went with it
+            return
+        urls = job_urls(str(d.job_id))
+        body = webhooks.payload(status, urls.status_url, urls.result_url)
+        code: int | None = None
+        error: str | None = None
+        assert self._http is not None
+        try:
+            # The whole attempt, connect to status line: httpx's timeout is per read, a drip-fed answer
+            # would outlast it.
+            async with (
+                asyncio.timeout(s.job_webhook_timeout_s),
+                self._http.stream(
+                    "POST", d.url, content=body, headers=webhooks.headers(str(d.id), body, secret)
+                ) as r,
+            ):
+                code = r.status_code  # the answer's body is not read
+            outcome = webhooks.classify(code)
+        except TimeoutError:
+            outcome, error = "retry", "timeout"
+        except (httpx.HTTPError, httpx.InvalidURL, OSError) as err:
+            outcome, error = "retry", type(err).__name__
+        ctx["http_status"] = code
+        if outcome == "delivered":
+            await self.store.webhook_done(d, "delivered", code, None)
+            self.metrics.job_webhooks.labels("delivered").inc()
+            log.info("webhook delivered", extra=ctx)
+        elif outcome == "retry" and d.attempts < s.job_webhook_max_attempts:
+            after_s = webhooks.backoff(d.attempts, s.job_webhook_retry_base_s)
+            await self.store.webhook_retry(d, after_s, code, error)
+            self.metrics.job_webhooks.labels("retried").inc()
+            log.info(
+                "webhook attempt failed, retried later", extra=ctx | {"error": error, "retry_in_s": after_s}
+            )
+        else:
+            why = (
+                f"gave up after {d.attempts} attempt(s)"
+                if outcome == "retry"
+                else "the receiver answered a redirect or a client error (not retried)"
+            )
+            await self._webhook_failed(d, code, f"{why}: {error or code}", ctx, error)
+
+    async def _webhook_failed(
+        self, d: Delivery, code: int | None, why: str, ctx: dict, error: str | None = None
+    ) -> None:
+        await self.store.webhook_done(d, "failed", code, error or why)
+        self.metrics.job_webhooks.labels("failed").inc()
+        log.warning("webhook failed: %s", why, extra=ctx)

@@ -1,0 +1,368 @@
+"""Job webhooks: the real app over real HTTP (tests/server.py) against a real PostgreSQL (tests/postgres.py),
+delivering to a real receiver: an HTTP server on 127.0.0.1 in a thread that records every request and answers
+the statuses a test scripts for its path.
+
+Signed with sha256(key), retried on 5xx with the same delivery id, never retried on 4xx, never following a
+redirect, refused at submit outside job_webhook_allowed_urls; and below HTTP, a delivery whose sender died is
+taken by another once its lease expires.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import httpx
+import psycopg
+import pytest
+
+from ocr_app.config import ConfigError, load_settings
+from ocr_app.jobs import schema, webhooks
+from ocr_app.jobs.service import check_webhook_url
+from ocr_app.jobs.store import JobStore
+from ocr_app.results import ApiError
+
+from .test_errors import assert_error
+from .test_jobs import StallServer, doc, make_server, submit, submit_ok, wait_status
+
+
+class Receiver:
+    """Records (path, headers, body) of each POST; answers the next scripted status for its path (then 200).
+    An answer may be (status, {header: value})."""
+
+    def __init__(self) -> None:
+        self.requests: list[tuple[str, dict[str, str], bytes]] = []
+        self.script: dict[str, list] = {}
+        self.lock = threading.Lock()
+        receiver = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self):
+                body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                with receiver.lock:
+                    receiver.requests.append((self.path, dict(self.headers), body))
+                    queue = receiver.script.get(self.path, [])
+                    answer = queue.pop(0) if queue else 200
+                status, headers = answer if isinstance(answer, tuple) else (answer, {})
+                self.send_response(status)
+                for k, v in headers.items():
+                    self.send_header(k, v)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, *args):
+                pass
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+        self.thread.start()
+
+    def at(self, path: str) -> list[tuple[str, dict[str, str], bytes]]:
+        with self.lock:
+            return [r for r in self.requests if r[0] == path]
+
+    def stop(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+@pytest.fixture(scope="module")
+def receiver():
+    r = Receiver()
+    yield r
+    r.stop()
+
+
+@pytest.fixture(scope="module")
+def hooks_srv(tmp_path_factory, postgres, receiver):
+    srv = make_server(
+        StallServer,
+        tmp_path_factory,
+        postgres,
+        "jobs_webhooks",
+        engine="rapidocr",
+        max_concurrency=2,
+        job_range_pages=2,
+        max_job_pages=5,
+        max_jobs_in_flight=8,
+        job_webhook_allowed_urls=[receiver.url + "/hooks/"],
+        job_webhook_retry_base_s=0.05,
+        job_webhook_timeout_s=5,
+        job_webhook_max_attempts=4,
+    ).start(env={"STALL_CONTROL": str(tmp_path_factory.mktemp("stall-control-hooks"))})
+    yield srv
+    assert srv.stop() == 0, srv.logs()[-2000:]
+
+
+def delivery(srv, job_id: str, until=lambda row: row["state"] != "pending", timeout: float = 30) -> dict:
+    """The job's delivery row once `until` holds (bounded)."""
+    deadline = time.monotonic() + timeout
+    with psycopg.connect(srv.config["database_url"], autocommit=True) as conn:
+        while True:
+            cur = conn.execute(
+                "SELECT id, url, state, attempts, last_status, last_error FROM ocr_job_webhooks"
+                " WHERE job_id = %s",
+                (job_id,),
+            )
+            names = [c.name for c in cur.description]
+            row = cur.fetchone()
+            found = dict(zip(names, row, strict=True)) if row else None
+            if found is not None and until(found):
+                return found
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"delivery of {job_id} never matched: {found}\n{srv.logs()[-2000:]}")
+            time.sleep(0.05)  # a poll interval, not a timing assumption
+
+
+def hook_job(srv, receiver: Receiver, path: str, script: list | None = None, seed: str = "") -> str:
+    if script is not None:
+        receiver.script[path] = list(script)
+    with srv.client() as c:
+        return submit_ok(c, doc(1, seed or path), params={"webhook_url": receiver.url + path}).json()[
+            "job_id"
+        ]
+
+
+def test_a_finished_job_is_posted_signed_with_the_keys_sha256(hooks_srv, receiver):
+    job_id = hook_job(hooks_srv, receiver, "/hooks/signed")
+    row = delivery(hooks_srv, job_id)
+    assert row["state"] == "delivered" and row["attempts"] == 1 and row["last_status"] == 200
+    [(_, headers, body)] = receiver.at("/hooks/signed")
+    assert headers["Content-Type"] == "application/json"
+    assert headers[webhooks.ID_HEADER] == str(row["id"])
+    signature = headers[webhooks.SIGNATURE_HEADER]
+    assert webhooks.verify(webhooks.secret_for_key(hooks_srv.key), signature, body)
+    assert webhooks.verify(hooks_srv.keys_file.read_text().split(":")[1].strip(), signature, body)
+    assert not webhooks.verify(webhooks.secret_for_key(hooks_srv.key + "x"), signature, body)
+    assert not webhooks.verify(webhooks.secret_for_key(hooks_srv.key), signature, body + b" ")
+    with hooks_srv.client() as c:
+        status = c.get(f"/v1/jobs/{job_id}").json()
+    assert json.loads(body) == {
+        "event": "job.finished",
+        "job_id": job_id,
+        "status": "done",
+        "pages_total": 1,
+        "pages_done": 1,
+        "pages_failed": 0,
+        "finished_at": status["finished_at"],
+        "status_url": f"/v1/jobs/{job_id}",
+        "result_url": f"/v1/jobs/{job_id}/result",
+    }
+    metrics = hooks_srv.metrics()
+    assert metrics['ocr_job_webhooks_total{outcome="delivered"}'] >= 1
+
+
+def test_5xx_is_retried_with_the_same_delivery_id_until_delivered(hooks_srv, receiver):
+    before = hooks_srv.metrics()
+    job_id = hook_job(hooks_srv, receiver, "/hooks/flaky", [503, 503, 200])
+    row = delivery(hooks_srv, job_id)
+    assert row["state"] == "delivered" and row["attempts"] == 3, row
+    attempts = receiver.at("/hooks/flaky")
+    assert len(attempts) == 3
+    assert {h[webhooks.ID_HEADER] for _, h, _ in attempts} == {str(row["id"])}
+    assert {json.loads(b)["job_id"] for _, _, b in attempts} == {job_id}
+    after = hooks_srv.metrics()
+    assert (
+        after['ocr_job_webhooks_total{outcome="retried"}']
+        - before['ocr_job_webhooks_total{outcome="retried"}']
+        == 2
+    )
+
+
+def test_5xx_until_the_attempts_are_spent_fails_the_delivery(hooks_srv, receiver):
+    job_id = hook_job(hooks_srv, receiver, "/hooks/down", [500] * 10)
+    row = delivery(hooks_srv, job_id)
+    assert row["state"] == "failed" and row["attempts"] == 4 and row["last_status"] == 500  # max_attempts 4
+    assert len(receiver.at("/hooks/down")) == 4
+    assert "webhook failed" in hooks_srv.logs()
+
+
+def test_4xx_is_not_retried(hooks_srv, receiver):
+    before = hooks_srv.metrics()['ocr_job_webhooks_total{outcome="failed"}']
+    job_id = hook_job(hooks_srv, receiver, "/hooks/refuses", [400])
+    row = delivery(hooks_srv, job_id)
+    assert row["state"] == "failed" and row["attempts"] == 1 and row["last_status"] == 400
+    assert len(receiver.at("/hooks/refuses")) == 1  # final: a failed delivery is never claimed again
+    assert hooks_srv.metrics()['ocr_job_webhooks_total{outcome="failed"}'] == before + 1
+
+
+def test_a_redirect_is_not_followed(hooks_srv, receiver):
+    job_id = hook_job(
+        hooks_srv, receiver, "/hooks/moved", [(307, {"Location": receiver.url + "/hooks/there"})]
+    )
+    row = delivery(hooks_srv, job_id)
+    assert row["state"] == "failed" and row["attempts"] == 1 and row["last_status"] == 307
+    assert len(receiver.at("/hooks/moved")) == 1 and receiver.at("/hooks/there") == []
+
+
+def test_a_cancelled_job_is_posted_too(hooks_srv, receiver):
+    hooks_srv.drain_file.touch()  # a draining instance claims no page: the job stays queued until cancelled
+    try:
+        job_id = hook_job(hooks_srv, receiver, "/hooks/cancelled")
+        with hooks_srv.client() as c:
+            assert c.delete(f"/v1/jobs/{job_id}").json()["status"] == "cancelled"
+        assert delivery(hooks_srv, job_id)["state"] == "delivered"
+    finally:
+        hooks_srv.drain_file.unlink(missing_ok=True)
+    [(_, _, body)] = receiver.at("/hooks/cancelled")
+    assert json.loads(body)["status"] == "cancelled" and json.loads(body)["pages_done"] == 0
+
+
+def test_a_url_outside_the_allow_list_is_refused_at_submit(hooks_srv, receiver):
+    port = receiver.url.rsplit(":", 1)[1]
+    with psycopg.connect(hooks_srv.config["database_url"]) as conn:
+        jobs_before = conn.execute("SELECT count(*) FROM ocr_jobs").fetchone()
+    sent_before = len(receiver.requests)
+    with hooks_srv.client() as c:
+        for url in (
+            receiver.url + "/other",  # the path outside the prefix's
+            receiver.url + "/hooksx",
+            receiver.url + "/hooks/%2e%2e/other",
+            f"http://localhost:{port}/hooks/a",  # another host name
+            f"http://127.0.0.1:{int(port) + 1}/hooks/a",  # another port
+            f"https://127.0.0.1:{port}/hooks/a",  # another scheme
+            f"http://user:pw@127.0.0.1:{port}/hooks/a",  # user info
+            f"ftp://127.0.0.1:{port}/hooks/a",
+            "not a url",
+        ):
+            err = assert_error(
+                submit(c, doc(1, "refused"), params={"webhook_url": url}), 400, "invalid_webhook"
+            )
+            assert "job_webhook_allowed_urls" in err["message"], url
+    with psycopg.connect(hooks_srv.config["database_url"]) as conn:
+        assert (
+            conn.execute("SELECT count(*) FROM ocr_jobs").fetchone() == jobs_before
+        )  # no job: nothing to send
+    assert len(receiver.requests) == sent_before
+
+
+def test_without_an_allow_list_webhooks_are_refused():
+    with pytest.raises(ApiError) as err:
+        check_webhook_url("http://127.0.0.1:9/hooks/", [])  # the default: an empty list
+    assert (err.value.status, err.value.code) == (400, "invalid_webhook")
+    assert "job_webhook_allowed_urls is empty" in err.value.message
+    check_webhook_url(None, [])  # no webhook asked for: nothing to check
+
+
+def test_the_webhook_url_is_part_of_the_idempotent_request(hooks_srv, receiver):
+    data = doc(1, "idem")
+    with hooks_srv.client() as c:
+        key = {"Idempotency-Key": "hook-1"}
+        first = submit_ok(c, data, headers=key, params={"webhook_url": receiver.url + "/hooks/idem"})
+        again = submit(c, data, headers=key, params={"webhook_url": receiver.url + "/hooks/idem"})
+        assert again.status_code == 202 and again.json()["job_id"] == first.json()["job_id"]
+        other = submit(c, data, headers=key, params={"webhook_url": receiver.url + "/hooks/idem2"})
+        assert_error(other, 409, "idempotency_conflict")
+        assert_error(submit(c, data, headers=key), 409, "idempotency_conflict")
+        wait_status(c, first.json()["job_id"], lambda b: b["status"] == "done")
+
+
+def test_webhook_url_in_the_openapi_document(hooks_srv):
+    post = httpx.get(hooks_srv.url + "/openapi.json").json()["paths"]["/v1/jobs"]["post"]
+    param = next(p for p in post["parameters"] if p["name"] == "webhook_url")
+    assert param["in"] == "query" and "X-OCR-Signature" in param["description"]
+    assert "sha256" in post["description"] and "invalid_webhook" in post["responses"]["400"]["description"]
+
+
+# --- below HTTP ---------------------------------------------------------------------------------------------
+
+
+def test_a_dead_senders_delivery_is_taken_by_another_once_its_lease_expires(postgres):
+    url = postgres.create_database("webhooks_lease")
+    with psycopg.connect(url, autocommit=True) as conn:
+        schema.upgrade(conn)
+
+    async def scenario():
+        store = JobStore(url)
+        await store.open()
+        try:
+            job_id, _ = await store.create("o", None, "f", "image/png", {}, [1], b"doc", 1, 10, "http://h/x")
+            assert await store.claim_webhook("w", 30) is None  # not due while the job runs
+            assert await store.cancel("o", job_id, 60)
+            dead = await store.claim_webhook("dead", 0.5)
+            assert dead is not None and dead.job_id == job_id and dead.attempts == 1 and dead.owner == "o"
+            assert await store.claim_webhook("alive", 30) is None  # leased
+            deadline = time.monotonic() + 30
+            # Polls the database's clock past the dead sender's lease (no event says when it passes).
+            while (again := await store.claim_webhook("alive", 30)) is None and time.monotonic() < deadline:  # noqa: ASYNC110
+                await asyncio.sleep(0.05)
+            assert again is not None and again.id == dead.id and again.attempts == 2
+            await store.webhook_retry(again, 3600, 503, None)
+            assert await store.claim_webhook("alive", 30) is None  # not due for an hour
+        finally:
+            await store.close()
+
+    asyncio.run(scenario())
+
+
+# --- the pure functions -------------------------------------------------------------------------------------
+
+
+def test_sign_and_verify():
+    secret = webhooks.secret_for_key("ocr_key")
+    body = b'{"event":"job.finished"}'
+    header = webhooks.sign(secret, body, t=1_700_000_000)
+    assert header.startswith("t=1700000000,v1=")
+    assert webhooks.verify(secret, header, body, now=1_700_000_100)
+    assert not webhooks.verify(secret, header, body, now=1_700_000_301)  # older than the tolerance
+    assert webhooks.verify(secret, header, body, tolerance_s=400, now=1_700_000_301)
+    assert not webhooks.verify("another", header, body, now=1_700_000_000)
+    assert not webhooks.verify(secret, header, body + b"x", now=1_700_000_000)
+    for bad in (
+        None,
+        "",
+        "v1=ab",
+        "t=1700000000",
+        "t=x,v1=ab",
+        "t=²,v1=ab",
+        "garbage",
+        header.replace("v1=", "v0="),
+    ):
+        assert not webhooks.verify(secret, bad, body, now=1_700_000_000)
+    assert webhooks.verify(secret, header + ",v1=00", body, now=1_700_000_000)  # any v1 may match
+
+
+def test_allowed_urls():
+    prefixes = ["https://hooks.example.com/ocr/", "http://10.0.0.5:8080/in"]
+    for url in (
+        "https://hooks.example.com/ocr/a?token=1",
+        "https://HOOKS.example.com:443/ocr/",
+        "http://10.0.0.5:8080/in",
+        "http://10.0.0.5:8080/in/deep/er",
+    ):
+        assert webhooks.allowed(url, prefixes), url
+    for url in (
+        "https://hooks.example.com/ocr",  # above the prefix's path
+        "https://hooks.example.com/ocr/../admin",
+        "https://hooks.example.com/ocr/%2E%2E/admin",
+        "https://hooks.example.com:8443/ocr/a",
+        "http://hooks.example.com/ocr/a",
+        "https://hooks.example.com.evil.net/ocr/a",
+        "https://a@hooks.example.com/ocr/a",
+        "https://hooks.example.com\\@evil.net/ocr/a",
+        "http://10.0.0.5:8080/inside",
+        "http://10.0.0.5/in",
+        "file:///etc/passwd",
+    ):
+        assert not webhooks.allowed(url, prefixes), url
+    assert not webhooks.allowed("https://hooks.example.com/ocr/a", [])
+
+
+def test_backoff_doubles_is_capped_and_jittered():
+    rng = random.Random(1)
+    for attempts, full in ((1, 5), (2, 10), (3, 20), (8, 640), (9, 900), (30, 900)):
+        for _ in range(20):
+            assert full / 2 <= webhooks.backoff(attempts, 5, rng) <= full
+
+
+def test_allowed_urls_are_checked_at_start(tmp_path):
+    base = {"auth_disabled": True}
+    assert load_settings(None, **base, job_webhook_allowed_urls=["https://h/x/"]).job_webhook_allowed_urls
+    for bad in ("ftp://h/", "https://u@h/", "https://h/x?q=1", "nothing"):
+        with pytest.raises(ConfigError, match="job_webhook_allowed_urls"):
+            load_settings(None, **base, job_webhook_allowed_urls=[bad])
