@@ -1,4 +1,4 @@
-"""ocr-app: serve | check | keys | manifest | verify | rapidocr-models | ocr | eval | db."""
+"""ocr-app: serve | check | keys | manifest | verify | rapidocr-models | ocr | eval | jobs | db."""
 
 from __future__ import annotations
 
@@ -279,6 +279,13 @@ def cmd_eval(args: argparse.Namespace) -> int:
     return 1 if worse else 0
 
 
+def cmd_jobs(args: argparse.Namespace) -> int:
+    """Bulk jobs through a running service: submit (and follow), status, result, cancel (jobclient.py)."""
+    from . import jobclient
+
+    return jobclient.run(args, _client)
+
+
 def cmd_db(args: argparse.Namespace) -> int:
     """The job database's schema: `status` (exit 1 while behind this release), `upgrade`."""
     import psycopg
@@ -351,9 +358,18 @@ def build_parser() -> argparse.ArgumentParser:
     s.set_defaults(func=cmd_rapidocr_models)
 
     def client_options(sp: argparse.ArgumentParser) -> argparse.ArgumentParser:
-        sp.add_argument("--url", default=os.environ.get("OCR_APP_URL", "http://127.0.0.1:8000"))
+        sp.add_argument(
+            "--url",
+            default=os.environ.get("OCR_APP_URL", "http://127.0.0.1:8000"),
+            help="the service (env OCR_APP_URL; default http://127.0.0.1:8000)",
+        )
         sp.add_argument("--key", help="API key (default: env OCR_APP_KEY)")
-        sp.add_argument("--cacert", help="CA bundle to verify the server's certificate")
+        sp.add_argument(
+            "--cacert",
+            "--ca-file",
+            default=os.environ.get("OCR_APP_CA_FILE"),
+            help="CA bundle to verify the server's certificate, e.g. a private CA (env OCR_APP_CA_FILE)",
+        )
         sp.add_argument("--insecure", action="store_true", help="do not verify TLS certificates")
         sp.add_argument("--timeout", type=float, default=120.0)
         return sp
@@ -384,6 +400,55 @@ def build_parser() -> argparse.ArgumentParser:
     )
     s.add_argument("--max-cer", type=float, help="CER allowed, in percent, whatever the baseline")
     s.set_defaults(func=cmd_eval)
+
+    jobs = sub.add_parser(
+        "jobs",
+        help="bulk jobs through a running service: submit [--follow], status, result, cancel",
+        description="Bulk jobs (/v1/jobs) through a running service. Pages are written as JSON Lines, one "
+        "page per line in page order (a page not read: {page, error}). Exit 0: the job is done with every "
+        "page read; 1: the server's error (its message and request id) or the network's, or a job that "
+        "ended cancelled, failed or with a page not read; 2: a usage error.",
+    )
+    jsub = jobs.add_subparsers(dest="jobs_cmd", required=True)
+
+    def following(sp: argparse.ArgumentParser) -> argparse.ArgumentParser:
+        sp.add_argument("--output", "-o", help="write the pages (JSON Lines) here instead of stdout")
+        sp.add_argument(
+            "--retries",
+            type=int,
+            default=5,
+            help="--follow: times the event stream is opened again without a page in between (5)",
+        )
+        return sp
+
+    s = following(
+        client_options(
+            jsub.add_parser(
+                "submit",
+                help="submit FILE as a job; prints its id (with --follow: writes its pages as they are read)",
+            )
+        )
+    )
+    s.add_argument("file")
+    s.add_argument("--pages", help="PDF/TIFF pages, e.g. 1-3,7")
+    s.add_argument("--idempotency-key", help="the same key and document return the same job, not a new one")
+    s.add_argument(
+        "--follow", "-f", action="store_true", help="wait, showing progress on stderr; write the pages"
+    )
+    s = client_options(jsub.add_parser("status", help="a job's status, as JSON"))
+    s.add_argument("job_id")
+    s = following(
+        client_options(
+            jsub.add_parser("result", help="a finished job's pages (with --follow: as they are read)")
+        )
+    )
+    s.add_argument("job_id")
+    s.add_argument(
+        "--follow", "-f", action="store_true", help="wait for an unfinished job, showing progress on stderr"
+    )
+    s = client_options(jsub.add_parser("cancel", help="cancel a job: its pages not yet started are not run"))
+    s.add_argument("job_id")
+    jobs.set_defaults(func=cmd_jobs)
 
     db = sub.add_parser("db", help="the job database's schema (database_url)")
     dsub = db.add_subparsers(dest="db_cmd", required=True)

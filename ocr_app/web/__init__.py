@@ -2,10 +2,12 @@
 with strict headers.
 
 The page itself is public; the key it asks for is kept in the tab's sessionStorage and sent only with its
-own `POST /v1/ocr` calls. No CDN, no build step: the files below are what the browser runs. Swagger UI's
-and ReDoc's bundles come from the pinned `fastapi-offline` wheel (FastAPI's own docs pages load them from
-a CDN, which hosts without internet cannot reach and which would run a third party's script on the
-origin whose sessionStorage holds the key); the pages that start them are ours, with no inline script.
+own `POST /v1/ocr` calls (and, for a bulk job, its `/v1/jobs` calls: fetch() reads the job's event stream,
+as EventSource cannot send the key). No CDN, no build step: the files below are what the browser runs.
+Swagger UI's and ReDoc's bundles come from the pinned `fastapi-offline` wheel (FastAPI's own docs pages
+load them from a CDN, which hosts without internet cannot reach and which would run a third party's script
+on the origin whose sessionStorage holds the key); the pages that start them are ours, with no inline
+script.
 """
 
 from __future__ import annotations

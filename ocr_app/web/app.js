@@ -1,5 +1,6 @@
-// The OCR page: send one document to POST /v1/ocr?preview=true, draw each page's line boxes over the
-// page image the engine saw, show the text. Plain DOM, no dependencies; API data goes in as textContent.
+// The OCR page: send one document to POST /v1/ocr?preview=true (or, as a bulk job, to POST /v1/jobs and
+// show each page as its event arrives), draw each page's line boxes over the page image the engine saw,
+// show the text. Plain DOM, no dependencies; API data goes in as textContent.
 "use strict";
 
 (() => {
@@ -9,7 +10,11 @@
     unauthorized: "Check the API key above.",
     unsupported_media_type: "Send a PNG, JPEG, WebP, TIFF or BMP image, or a PDF.",
     invalid_parameter: "Check the pages field (e.g. 1-3,5).",
+    jobs_unavailable: "Untick “Run as a bulk job” to send the document in one request instead.",
+    too_many_jobs: "Wait for one of this key's jobs to finish, or cancel one.",
   };
+  const BULK_BYTES = 5 * 1024 * 1024; // a PDF larger than this goes as a bulk job
+  const STREAM_RETRIES = 5; // the event stream opened again without a page in between, at most
 
   const $ = (id) => document.getElementById(id);
   const form = $("ocr-form");
@@ -18,7 +23,10 @@
   const dropZone = $("drop-zone");
   const fileName = $("file-name");
   const pagesInput = $("pages");
+  const asJob = $("as-job");
   const submit = $("submit");
+  const cancelJob = $("cancel-job");
+  const jobProgress = $("job-progress");
   const status = $("status");
   const errorBox = $("error");
   const results = $("results");
@@ -26,6 +34,7 @@
 
   let chosen = null; // the File to send
   let lastResponse = null;
+  let job = null; // the bulk job being followed
 
   // --- the key: in sessionStorage only (this tab), never in persistent storage -----------------------
   function storage() {
@@ -54,6 +63,8 @@
       ? `${file.name || "(unnamed)"} · ${formatBytes(file.size)}${of > 1 ? ` (the first of ${of} files)` : ""}`
       : "No file chosen";
     dropZone.classList.toggle("has-file", Boolean(file));
+    const pdf = file && (file.type === "application/pdf" || /\.pdf$/i.test(file.name || ""));
+    if (pdf && file.size > BULK_BYTES) asJob.checked = true;
   }
   fileInput.addEventListener("change", () => choose(fileInput.files[0] || null));
 
@@ -103,40 +114,253 @@
     results.hidden = true;
     pagesOut.replaceChildren();
     lastResponse = null;
+    job = null;
+    jobProgress.hidden = true;
     let done = "";
     try {
-      let res, text;
-      try {
-        res = await fetch(`v1/ocr?${params}`, { method: "POST", body, headers, cache: "no-store" });
-        text = await res.text();
-      } catch (err) {
-        showLocalError(
-          "Could not reach the OCR service",
-          `The request did not get an answer (${err.message || err}). Check the network and try again.`,
-          "network",
-        );
-        return;
-      }
-      let data = null;
-      try {
-        data = JSON.parse(text);
-      } catch {
-        data = null;
-      }
-      if (!res.ok) {
-        showApiError(res, data, text);
-        return;
-      }
-      if (!data || !Array.isArray(data.pages)) {
-        showLocalError("Unexpected answer", `HTTP ${res.status}: not an OCR result.`);
-        return;
-      }
-      lastResponse = data;
-      done = render(data);
+      done = asJob.checked ? await runJob(params, body, headers) : await runOnce(params, body, headers);
     } finally {
       setBusy(false, "", done);
     }
   });
+
+  // One request: every page in one answer. Returns the status line ("" after an error).
+  async function runOnce(params, body, headers) {
+    let res, text;
+    try {
+      res = await fetch(`v1/ocr?${params}`, { method: "POST", body, headers, cache: "no-store" });
+      text = await res.text();
+    } catch (err) {
+      showNetworkError(err);
+      return "";
+    }
+    const data = parseJson(text);
+    if (!res.ok) {
+      showApiError(res, data, text);
+      return "";
+    }
+    if (!data || !Array.isArray(data.pages)) {
+      showLocalError("Unexpected answer", `HTTP ${res.status}: not an OCR result.`);
+      return "";
+    }
+    lastResponse = data;
+    return render(data);
+  }
+
+  function showNetworkError(err) {
+    showLocalError(
+      "Could not reach the OCR service",
+      `The request did not get an answer (${err.message || err}). Check the network and try again.`,
+      "network",
+    );
+  }
+
+  function parseJson(text) {
+    try {
+      return JSON.parse(text);
+    } catch {
+      return null;
+    }
+  }
+
+  // --- a bulk job: POST /v1/jobs, then its Server-Sent Events, read with fetch() (EventSource cannot send
+  // the key), a page shown as each `page` event arrives; a dropped stream resumes with Last-Event-ID ------
+  async function runJob(params, body, headers) {
+    let res, text;
+    try {
+      res = await fetch(`v1/jobs?${params}`, { method: "POST", body, headers, cache: "no-store" });
+      text = await res.text();
+    } catch (err) {
+      showNetworkError(err);
+      return "";
+    }
+    const data = parseJson(text);
+    if (res.status !== 202) {
+      showApiError(res, data, text);
+      return "";
+    }
+    if (!data || typeof data.job_id !== "string") {
+      showLocalError("Unexpected answer", `HTTP ${res.status}: not a job.`);
+      return "";
+    }
+    job = { id: data.job_id, headers, total: null, status: "queued", last: 0, pages: [], shown: 0, lines: 0 };
+    job.failed = 0;
+    job.note = "";
+    lastResponse = { pages: job.pages };
+    $("summary").textContent = "";
+    $("copy-all").hidden = true;
+    cancelJob.hidden = false;
+    cancelJob.disabled = false;
+    jobProgress.hidden = false;
+    showProgress();
+    try {
+      const final = await followJob(job);
+      if (final === null) return "";
+      job.status = final;
+      job.note = "";
+      showProgress();
+      const read = `${job.shown} of ${plural(job.total ?? job.shown, "page")}`;
+      if (final === "done") {
+        const failed = job.failed ? `, ${job.failed} not read` : "";
+        return `Done: ${read}${failed}, ${plural(job.lines, "line")}.`;
+      }
+      return `Job ${final}: ${read} shown.`;
+    } finally {
+      cancelJob.hidden = true;
+    }
+  }
+
+  async function followJob(current) {
+    const url = `v1/jobs/${encodeURIComponent(current.id)}/events`;
+    let failures = 0;
+    let delay = 500;
+    for (;;) {
+      const headers = { ...current.headers, Accept: "text/event-stream" };
+      if (current.last) headers["Last-Event-ID"] = String(current.last);
+      let reason;
+      try {
+        const res = await fetch(url, { headers, cache: "no-store" });
+        if (!res.ok) {
+          const text = await res.text();
+          if (![502, 503, 504].includes(res.status)) {
+            showApiError(res, parseJson(text), text);
+            return null;
+          }
+          reason = `HTTP ${res.status}`;
+        } else {
+          for await (const ev of sseEvents(res.body)) {
+            if (ev.event === "progress") {
+              const info = JSON.parse(ev.data);
+              current.total = info.pages_total ?? current.total;
+              current.status = info.status ?? current.status;
+              showProgress();
+            } else if (ev.event === "page" || ev.event === "page_error") {
+              const page = JSON.parse(ev.data);
+              if (page.page <= current.last) continue; // shown already
+              current.last = page.page;
+              failures = 0;
+              delay = 500;
+              current.note = "";
+              showJobPage(current, page, ev.event === "page_error");
+            } else if (ev.event === "done") {
+              return JSON.parse(ev.data).status;
+            }
+          }
+          reason = "the stream ended before the job did";
+        }
+      } catch (err) {
+        reason = err.message || String(err);
+      }
+      failures += 1;
+      if (failures > STREAM_RETRIES) {
+        showLocalError(
+          "Lost the job's progress",
+          `The job's event stream failed ${failures} times (${reason}). The job goes on at the service: ` +
+            `job ${current.id}.`,
+          "network",
+        );
+        return null;
+      }
+      current.note = `reconnecting (${reason})…`;
+      showProgress();
+      await new Promise((resolve) => setTimeout(resolve, delay));
+      delay = Math.min(delay * 2, 10000);
+    }
+  }
+
+  function showJobPage(current, page, failed) {
+    current.shown += 1;
+    if (failed) {
+      current.failed += 1;
+      pagesOut.append(renderPageError(page));
+    } else {
+      current.pages.push(page);
+      current.lines += page.lines.length;
+      pagesOut.append(renderPage(page));
+    }
+    $("summary").textContent =
+      `${current.shown} of ${plural(current.total ?? current.shown, "page")}, ` +
+      `${plural(current.lines, "line")} · job ${current.id}`;
+    $("copy-all").hidden = current.pages.length < 2;
+    results.hidden = false;
+    showProgress();
+  }
+
+  function showProgress() {
+    if (!job) return;
+    const total = job.total ?? 0;
+    const bar = $("job-bar");
+    bar.max = Math.max(total, 1);
+    bar.value = job.shown;
+    $("job-count").textContent = `${job.shown} of ${plural(total, "page")}`;
+    $("job-note").textContent = job.note || job.status;
+    jobProgress.dataset.status = job.status;
+  }
+
+  cancelJob.addEventListener("click", async () => {
+    if (!job) return;
+    cancelJob.disabled = true;
+    let res, text;
+    try {
+      res = await fetch(`v1/jobs/${encodeURIComponent(job.id)}`, {
+        method: "DELETE",
+        headers: job.headers,
+        cache: "no-store",
+      });
+      text = await res.text();
+    } catch (err) {
+      cancelJob.disabled = false;
+      showNetworkError(err);
+      return;
+    }
+    if (!res.ok) {
+      cancelJob.disabled = false;
+      showApiError(res, parseJson(text), text);
+      return;
+    }
+    job.note = "cancelling…"; // the event stream ends with `done` once the service has stopped it
+    showProgress();
+  });
+
+  // text/event-stream as the HTML standard parses it: lines end at CRLF, CR or LF; `field: value`;
+  // `:` comments; data lines joined by LF; an event at a blank line (if it has data); id carries over.
+  async function* sseEvents(stream) {
+    const reader = stream.pipeThrough(new TextDecoderStream()).getReader();
+    let buffer = "";
+    let event = "";
+    let data = [];
+    let id = null;
+    try {
+      for (;;) {
+        const { value, done } = await reader.read();
+        if (done) return;
+        buffer += value;
+        for (;;) {
+          const m = /\r\n|\r|\n/.exec(buffer);
+          // A CR last in the buffer may be the first half of a CRLF: wait for the next chunk.
+          if (!m || (m[0] === "\r" && m.index === buffer.length - 1)) break;
+          const line = buffer.slice(0, m.index);
+          buffer = buffer.slice(m.index + m[0].length);
+          if (line === "") {
+            if (data.length) yield { event: event || "message", data: data.join("\n"), id };
+            event = "";
+            data = [];
+            continue;
+          }
+          if (line.startsWith(":")) continue;
+          const colon = line.indexOf(":");
+          const field = colon < 0 ? line : line.slice(0, colon);
+          let val = colon < 0 ? "" : line.slice(colon + 1);
+          if (val.startsWith(" ")) val = val.slice(1);
+          if (field === "event") event = val;
+          else if (field === "data") data.push(val);
+          else if (field === "id" && !val.includes("\0")) id = val;
+        }
+      }
+    } finally {
+      reader.releaseLock();
+    }
+  }
 
   // While busy: the button is off and the status says so (announced once; the seconds are not read out).
   let ticker = null;
@@ -246,6 +470,20 @@
     article.append(head, body);
     for (const w of page.warnings || []) article.append(el("p", { class: "warning" }, w));
     linkHover(article);
+    return article;
+  }
+
+  function renderPageError(item) {
+    const article = el("article", { class: "page page-error", "data-page": item.page });
+    const titleId = `page-${item.page}-title`;
+    article.setAttribute("aria-labelledby", titleId);
+    const head = el("header", { class: "page-head" });
+    head.append(el("h2", { id: titleId }, `Page ${item.page}`));
+    const err = item.error || {};
+    article.append(
+      head,
+      el("p", { class: "warning" }, `Not read: ${String(err.message ?? "")} (${String(err.code ?? "")})`),
+    );
     return article;
   }
 

@@ -302,10 +302,10 @@ def test_labelled_and_usable_from_the_keyboard(page, server: Server):
     key = page.find_element(By.ID, "api-key")
     key.click()
     order = []
-    for _ in range(4):
+    for _ in range(5):
         ActionChains(page).send_keys(Keys.TAB).perform()  # to the page (a file input takes keys as paths)
         order.append(page.switch_to.active_element.get_attribute("id"))
-    assert order == ["forget-key", "file", "pages", "submit"]
+    assert order == ["forget-key", "file", "pages", "as-job", "submit"]
     # Enter in a field submits; without a file the page says so and puts the focus on the file chooser.
     page.find_element(By.ID, "pages").send_keys(Keys.ENTER)
     assert shown_error(page)["title"] == "No file chosen"

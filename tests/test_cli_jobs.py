@@ -1,0 +1,333 @@
+"""`ocr-app jobs submit|status|result|cancel` as a user runs it (a subprocess: exit status, stdout, stderr)
+against the real app and a real PostgreSQL (tests/postgres.py), through the fixtures of tests/test_jobs.py.
+
+A dropped event stream is made by a proxy between the client and the app that cuts the first stream it
+carries just after its first page event: with a reset, or with a clean end of the body (what an instance
+that stops does to its streams)."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import pty
+import socket
+import struct
+import subprocess
+import threading
+import time
+
+import pytest
+
+from ocr_app.jobclient import iter_lines, iter_sse
+
+from .server import OCR_APP
+from .test_jobs import StallServer, doc, make_server, submit_ok, wait_status
+
+PDF_TYPE = "application/pdf"
+
+
+@pytest.fixture(scope="module")
+def srv(tmp_path_factory, postgres):
+    srv = make_server(
+        StallServer,
+        tmp_path_factory,
+        postgres,
+        "cli_jobs",
+        engine="rapidocr",
+        max_concurrency=2,
+        job_range_pages=2,
+        max_job_pages=10,
+        max_jobs_in_flight=4,
+    ).start(env={"STALL_CONTROL": str(tmp_path_factory.mktemp("stall-control"))})
+    yield srv
+    assert srv.stop() == 0, srv.logs()[-2000:]
+
+
+def env_of(srv, url: str | None = None, key: str | None = "default") -> dict[str, str]:
+    """The server's URL and key in the environment, as a user would export them."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OCR_APP_")}
+    env["OCR_APP_URL"] = url or srv.url
+    if key:
+        env["OCR_APP_KEY"] = srv.key if key == "default" else key
+    return env
+
+
+def cli(srv, *args, url: str | None = None, key: str | None = "default", timeout: float = 60):
+    """`ocr-app jobs ARGS`."""
+    return subprocess.run(
+        [OCR_APP, "jobs", *map(str, args)],
+        capture_output=True,
+        text=True,
+        env=env_of(srv, url, key),
+        timeout=timeout,
+    )
+
+
+def ndjson(srv, job_id: str) -> list[dict]:
+    with srv.client() as c:
+        r = c.get(f"/v1/jobs/{job_id}/result", headers={"Accept": "application/x-ndjson"})
+    assert r.status_code == 200, r.text
+    return [json.loads(x) for x in r.text.splitlines()]
+
+
+def lines(text: str) -> list[dict]:
+    return [json.loads(x) for x in text.splitlines()]
+
+
+def test_submit_follow_writes_every_page_once_in_order(srv, tmp_path):
+    pdf = tmp_path / "three pages.pdf"
+    pdf.write_bytes(doc(3, "f"))
+    out = tmp_path / "out.jsonl"
+    r = cli(srv, "submit", pdf, "--follow", "--output", out)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == ""  # the pages went to --output, progress to stderr
+    job_id = r.stderr.split()[1]
+    pages = lines(out.read_text())
+    assert [p["page"] for p in pages] == [1, 2, 3]
+    assert pages == ndjson(srv, job_id)  # each page as the service stored it
+    assert "3 of 3 pages" in r.stderr and "done: 3 page(s)" in r.stderr
+    assert srv.key not in r.stderr
+
+    # `result` writes the same lines; to stdout without --output.
+    again = cli(srv, "result", job_id)
+    assert again.returncode == 0, again.stderr
+    assert again.stdout == out.read_text()
+    # --pages and stdout: only the pages asked for.
+    some = cli(srv, "submit", pdf, "--pages", "1,3", "--follow")
+    assert some.returncode == 0, some.stderr
+    assert [p["page"] for p in lines(some.stdout)] == [1, 3]
+
+
+def test_status_result_cancel(srv, tmp_path):
+    pdf = tmp_path / "two.pdf"
+    pdf.write_bytes(doc(2, "c"))
+    srv.drain_file.touch()  # a draining instance claims nothing: the job stays queued
+    try:
+        r = cli(srv, "submit", pdf, "--idempotency-key", "cli-1")
+        assert r.returncode == 0, r.stderr
+        job_id = r.stdout.strip()
+        assert "submitted" in r.stderr and f"ocr-app jobs status {job_id}" in r.stderr
+        same = cli(srv, "submit", pdf, "--idempotency-key", "cli-1")
+        assert (same.returncode, same.stdout.strip()) == (0, job_id)
+        assert "Idempotency-Key" in same.stderr
+
+        status = cli(srv, "status", job_id)
+        assert status.returncode == 0, status.stderr
+        body = json.loads(status.stdout)
+        assert (body["job_id"], body["status"], body["pages"]["total"]) == (job_id, "queued", 2)
+
+        early = cli(srv, "result", job_id)  # not finished: the server's 409, as it says it
+        assert early.returncode == 1 and early.stdout == ""
+        assert "HTTP 409 job_not_finished: the job is queued" in early.stderr
+        assert "(request id " in early.stderr
+
+        cancelled = cli(srv, "cancel", job_id)
+        assert cancelled.returncode == 0, cancelled.stderr
+        assert json.loads(cancelled.stdout)["status"] == "cancelled"
+        assert "cancelled (0 of 2 pages read)" in cancelled.stderr
+    finally:
+        srv.drain_file.unlink(missing_ok=True)
+    # A cancelled job has no page to give, and says so by its exit status.
+    for args in (("result", job_id), ("result", job_id, "--follow")):
+        after = cli(srv, *args)
+        assert after.returncode == 1 and after.stdout == ""
+        assert f"job {job_id}" in after.stderr and "ended cancelled: 0 page(s) written" in after.stderr
+
+
+def test_errors_say_what_the_server_said_and_exit_1_or_2(srv, tmp_path):
+    pdf = tmp_path / "one.pdf"
+    pdf.write_bytes(doc(1, "e"))
+    wrong = cli(srv, "submit", pdf, key="ocr_wrong-key-not-printed")
+    assert wrong.returncode == 1 and wrong.stdout == ""
+    assert wrong.stderr.startswith("ocr-app: HTTP 401 unauthorized: invalid API key")
+    assert "(request id " in wrong.stderr and "ocr_wrong-key-not-printed" not in wrong.stderr
+    missing = cli(srv, "status", "00000000-0000-0000-0000-000000000000")
+    assert missing.returncode == 1 and "HTTP 404 not_found: no such job for this API key" in missing.stderr
+    too_many = tmp_path / "eleven.pdf"
+    too_many.write_bytes(doc(11, "x"))  # max_job_pages 10
+    r = cli(srv, "submit", too_many)
+    assert r.returncode == 1 and "HTTP 413 too_many_pages" in r.stderr and "max_job_pages" in r.stderr
+    # The network: nothing listens there.
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        closed = f"http://127.0.0.1:{s.getsockname()[1]}"
+    r = cli(srv, "status", "00000000-0000-0000-0000-000000000000", url=closed)
+    assert r.returncode == 1 and "ConnectError" in r.stderr
+    # Usage: exit 2.
+    assert cli(srv, "submit", tmp_path / "no-such.pdf").returncode == 2
+    assert cli(srv, "status").returncode == 2
+    assert cli(srv, "status", "x", url="localhost:8000").returncode == 2
+    assert cli(srv, "status", "x", "--cacert", tmp_path / "no-ca.pem").returncode == 2
+
+
+class CuttingProxy:
+    """TCP from the client to the app, but the first `cuts` event streams are cut just after their first
+    page event: mode `reset` (RST), `end` (the chunked body ends cleanly, as a stopping instance ends its
+    streams) or `refuse` (every event-stream connection closed before an answer)."""
+
+    def __init__(self, upstream_port: int, mode: str, cuts: int = 1):
+        self.upstream_port, self.mode, self.cuts = upstream_port, mode, cuts
+        self.heads: list[str] = []  # the first request head of each connection
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def close(self) -> None:
+        self.sock.close()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
+
+    def _serve(self, conn: socket.socket) -> None:
+        head = b""
+        while b"\r\n\r\n" not in head and (chunk := conn.recv(65536)):
+            head += chunk
+        self.heads.append(head.decode(errors="replace"))
+        events = b"/events " in head.split(b"\r\n", 1)[0]
+        if events and self.mode == "refuse":
+            conn.close()
+            return
+        up = socket.create_connection(("127.0.0.1", self.upstream_port))
+        up.sendall(head)
+        if events and self.cuts > 0:  # a GET: nothing more to send up; conn is this thread's alone
+            self.cuts -= 1
+            self._cut(up, conn)
+            return
+        threading.Thread(target=self._pump, args=(conn, up), daemon=True).start()
+        self._pump(up, conn)
+
+    @staticmethod
+    def _pump(src: socket.socket, dst: socket.socket) -> None:
+        try:
+            while chunk := src.recv(65536):
+                dst.sendall(chunk)
+        except OSError:
+            pass
+        finally:
+            for s in (src, dst):
+                with contextlib.suppress(OSError):
+                    s.shutdown(socket.SHUT_RDWR)
+
+    def _cut(self, up: socket.socket, conn: socket.socket) -> None:
+        seen = b""
+        while (start := seen.find(b"event: page\n")) < 0 or seen.find(b"\n\n", start) < 0:
+            chunk = up.recv(65536)
+            assert chunk, "the stream ended before a page event"
+            seen += chunk
+        end = seen.find(b"\n\n", start) + 2
+        # Each event is one chunk of the chunked body: its CRLF follows the event's blank line.
+        conn.sendall(seen[:end] + b"\r\n")
+        if self.mode == "end":
+            conn.sendall(b"0\r\n\r\n")
+        else:
+            conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        conn.close()
+        up.close()
+
+
+@pytest.mark.parametrize("mode", ["reset", "end"])
+def test_follow_resumes_a_dropped_stream_after_the_last_page(srv, mode):
+    with srv.client() as c:
+        job_id = submit_ok(c, doc(3, f"d{mode}"), headers={"Content-Type": PDF_TYPE}).json()["job_id"]
+        wait_status(c, job_id, lambda b: b["status"] == "done")
+    proxy = CuttingProxy(srv.port, mode)
+    try:
+        r = cli(srv, "result", job_id, "--follow", url=proxy.url)
+    finally:
+        proxy.close()
+    assert r.returncode == 0, r.stderr
+    assert [p["page"] for p in lines(r.stdout)] == [1, 2, 3]  # every page once, in order
+    assert lines(r.stdout) == ndjson(srv, job_id)
+    assert "resuming after page 1" in r.stderr
+    streams = [h for h in proxy.heads if "/events " in h.splitlines()[0]]
+    assert len(streams) == 2
+    assert "last-event-id" not in streams[0].lower()
+    assert "last-event-id: 1\r\n" in streams[1].lower()
+
+
+def test_follow_gives_up_after_its_retries(srv):
+    with srv.client() as c:
+        job_id = submit_ok(c, doc(1, "g"), headers={"Content-Type": PDF_TYPE}).json()["job_id"]
+    proxy = CuttingProxy(srv.port, "refuse")
+    started = time.monotonic()
+    try:
+        r = cli(srv, "result", job_id, "--follow", "--retries", "2", url=proxy.url)
+    finally:
+        proxy.close()
+    assert r.returncode == 1 and r.stdout == ""
+    assert "the event stream failed 3 times without a page in between" in r.stderr
+    assert f"ocr-app jobs result {job_id} --follow" in r.stderr
+    assert len([h for h in proxy.heads if "/events " in h]) == 3
+    assert time.monotonic() - started < 20  # 0.5 s, then 1 s between tries
+
+
+def test_progress_is_one_line_per_page_off_a_terminal(srv, tmp_path):
+    pdf = tmp_path / "two.pdf"
+    pdf.write_bytes(doc(2, "p"))
+    r = cli(srv, "submit", pdf, "--follow", "-o", tmp_path / "o.jsonl")
+    assert r.returncode == 0, r.stderr
+    assert "\r" not in r.stderr
+    page_lines = [x for x in r.stderr.splitlines() if ": page " in x]
+    assert [x.split(": page ", 1)[1] for x in page_lines] == ["1 (1 of 2 pages)", "2 (2 of 2 pages)"]
+
+
+def test_progress_is_a_bar_redrawn_in_place_on_a_terminal(srv, tmp_path):
+    pdf = tmp_path / "two.pdf"
+    pdf.write_bytes(doc(2, "t"))
+    master, terminal = pty.openpty()
+    try:
+        r = subprocess.run(
+            [OCR_APP, "jobs", "submit", pdf, "--follow"],
+            stdout=subprocess.PIPE,
+            stderr=terminal,
+            env=env_of(srv),
+            timeout=60,
+        )
+        os.close(terminal)
+        shown = b""
+        with contextlib.suppress(OSError):  # EIO once the terminal is closed and read
+            while chunk := os.read(master, 65536):
+                shown += chunk
+    finally:
+        os.close(master)
+    assert r.returncode == 0
+    assert [json.loads(x)["page"] for x in r.stdout.splitlines()] == [1, 2]  # the pages: stdout only
+    text = shown.decode()
+    job_id = text.split()[1]
+    # Redrawn in place (CR, erase to the end of the line) with the id's first 8 characters, then a last line.
+    assert f"\rjob {job_id[:8]}: [" + "#" * 15 + "." * 15 + "] 1 of 2 pages" in text
+    assert f"\rjob {job_id[:8]}: [" + "#" * 30 + "] 2 of 2 pages" in text and "\x1b[K" in text
+    assert text.rstrip().endswith(f"job {job_id}: done: 2 page(s)")
+
+
+# --- the SSE parser and line splitter, on what a stream may hold -------------------------------------------
+
+
+def test_sse_parser_reads_the_standard_s_cases():
+    raw = [
+        b': comment\r\nid: 1\r\nevent: page\r\ndata: {"text": "a\xe2\x80',  # U+2028, split mid-character
+        b'\xa8b\xc2\x85c"}\r',  # ...and U+0085, then a CR whose LF comes in the next chunk
+        b"\n\r\nevent: progress\ndata: x\ndata:y\n\ndata\n\n",
+        b"id: 2\0\nevent: done\ndata: {}\n\nevent: cut\ndata: z",
+    ]
+    events = list(iter_sse(iter_lines(raw)))
+    assert [(e.event, e.data, e.id) for e in events] == [
+        ("page", '{"text": "a\u2028b\u0085c"}', "1"),
+        ("progress", "x\ny", "1"),  # the last event id carries over; one leading space dropped
+        ("message", "", "1"),
+        ("done", "{}", "1"),  # an id holding NUL is ignored; an event without its blank line is dropped
+    ]
+    assert list(iter_lines([b"a\rb\r", b"\r\nc"])) == ["a", "b", "", "c"]
+
+
+def test_help_names_the_commands_and_exit_statuses():
+    r = subprocess.run([OCR_APP, "jobs", "--help"], capture_output=True, text=True, timeout=30)
+    assert r.returncode == 0 and all(c in r.stdout for c in ("submit", "status", "result", "cancel"))
+    text = " ".join(r.stdout.split())
+    assert "Exit 0: the job is done with every page read" in text and "2: a usage error" in text
