@@ -1,5 +1,5 @@
-"""A fleet in the lab: app hosts, a load balancer and a monitoring host converged with site.yml (`make demo`,
-`make test-fleet`).
+"""A fleet in the lab: app hosts, a load balancer, a monitoring and a database host converged with site.yml
+(`make demo`, `make test-fleet`).
 
 Playbooks run through ansible-runner against `inventory/lab` with the venv's pinned Ansible; an optional
 progress callback sees one line per play and task as they start.
@@ -198,8 +198,8 @@ class Fleet:
 def up(
     name: str, apps: int, state: Path, *, progress: Progress | None = None, extravars: dict | None = None
 ) -> Fleet:
-    """Boot `apps` app hosts, one load balancer and one monitoring host (Prometheus, Alertmanager), then
-    converge site.yml on them (CPU engine)."""
+    """Boot `apps` app hosts, one load balancer, one monitoring host (Prometheus, Alertmanager) and one job
+    database host (PostgreSQL), then converge site.yml on them (CPU engine)."""
     state.mkdir(parents=True, exist_ok=True)
     os.chmod(state, 0o700)
     key_file = state / "api-key"
@@ -209,8 +209,8 @@ def up(
     key = key_file.read_text().strip()
     require_model()
     if progress:
-        progress(f"booting {apps} app hosts, 1 load balancer and 1 monitoring host (lab {name!r})")
-    lab = L.up(name, hosts=[f"app-{i}" for i in range(1, apps + 1)] + ["lb-1", "mon-1"])
+        progress(f"booting {apps} app hosts, a load balancer, monitoring and a database (lab {name!r})")
+    lab = L.up(name, hosts=[f"app-{i}" for i in range(1, apps + 1)] + ["lb-1", "mon-1", "db-1"])
     fleet = Fleet(lab=lab, state=state, key=key)
     fleet.vars_file.write_text(json.dumps(fleet.extravars(), indent=2) + "\n")  # JSON is YAML
     os.chmod(fleet.vars_file, 0o600)

@@ -56,8 +56,8 @@ def up(args: argparse.Namespace) -> int:
         L.build_image()
     progress = Progress()
     say(
-        f"booting {args.apps} app hosts, a load balancer and a monitoring host, then converging site.yml "
-        "(CPU engine)"
+        f"booting {args.apps} app hosts, a load balancer, a monitoring and a job database host, then "
+        "converging site.yml (CPU engine)"
     )
     try:
         fleet = F.up(args.lab, args.apps, state, progress=progress)
@@ -90,6 +90,7 @@ def up(args: argparse.Namespace) -> int:
                    playbooks/upgrade.yml -e @{fleet.vars_file}
   Hosts:         python3 -m lab ssh {args.lab} app-1   (journalctl -u 'ocr-app@*')
   Monitoring:    python3 -m lab ssh {args.lab} mon-1   (Prometheus on 127.0.0.1:9090, Alertmanager on :9093)
+  Job database:  python3 -m lab ssh {args.lab} db-1    (PostgreSQL 15; nightly pg_dump in /var/backups)
   Stop:          {"make demo-down" if args.lab == "demo" else f"scripts/demo.py --lab {args.lab} down"}
 """
     )

@@ -2,8 +2,8 @@
 """Ansible inventory of a running nspawn lab (lab/): `ansible-playbook -i inventory/lab site.yml`.
 
 The lab is `$OCRFLEET_LAB_NAME` (default `site`). Hosts are grouped by name: `app-N` -> ocr_servers,
-`lb-N` -> ocr_lb, `mon-N` -> monitoring. Connection settings come from the lab's own state (key, addresses,
-apt proxy).
+`lb-N` -> ocr_lb, `mon-N` -> monitoring, `db-N` -> ocr_db. Connection settings come from the lab's own state
+(key, addresses, apt proxy).
 """
 
 import json
@@ -15,7 +15,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 from lab import lab as lab_api  # noqa: E402
 
-GROUPS = {"app": "ocr_servers", "lb": "ocr_lb", "mon": "monitoring"}
+GROUPS = {"app": "ocr_servers", "lb": "ocr_lb", "mon": "monitoring", "db": "ocr_db"}
 
 
 def inventory() -> dict:

@@ -1,4 +1,4 @@
-"""The fleet the scenarios of `make test-fleet` share: 2 app hosts + 1 HAProxy host + 1 monitoring host,
+"""The fleet the scenarios of `make test-fleet` share: 2 app hosts, HAProxy, monitoring and a database host,
 brought up once by `make demo`'s own script, as `make demo` brings it up (so the demo is tested too), torn
 down at the end of the session.
 
@@ -102,7 +102,7 @@ def fleet(tmp_path_factory):
         for expected in ("invoice No. 2048", "Ada Lovelace", f"Load balancer: {fl.lb_url}", fl.key):
             assert expected in demo.stdout, demo.stdout[-3000:]
         say(
-            f"scripts/demo.py: {APPS} app hosts + 1 load balancer + 1 monitoring host up in "
+            f"scripts/demo.py: {APPS} app hosts + 1 load balancer + 1 monitoring + 1 database host up in "
             f"{time.monotonic() - start:.0f} s"
         )
         yield fl
