@@ -13,6 +13,8 @@ unless something crashed.
     6. /healthz p50/p99 under attack: 20 MB multipart bodies of tiny parts and nested-XObject PDFs, repeatedly
     7. the rapidocr engine on upright single-column pages with orientation and layout on vs off (per page),
        and the order-sensitive CER of the layout pages, upright, turned 90/180/270 and photographed
+    8. bulk jobs: a multi-page PDF as one job (PostgreSQL queue, a throw-away cluster) vs the same pages
+       sent as single-page synchronous requests by a saturating client, one service: pages/s ratio
 """
 
 from __future__ import annotations
@@ -47,7 +49,7 @@ from PIL import Image, ImageFilter
 from ocr_app.config import Settings, load_settings
 from ocr_app.decode import DecodePool, DecodeRequest
 from ocr_app.documents import Limits, load_pages
-from ocr_app.engines import create_engine
+from ocr_app.engines import create_engine, resolve_engine_name
 from ocr_app.metrics import Metrics
 from ocr_app.pipeline import Job, Pipeline
 
@@ -59,6 +61,7 @@ GOAL_VS_DIRECT = 0.97
 GOAL_VS_PEER = 1.3
 GOAL_HEALTHZ_P99_MS = 50.0
 GOAL_DECODE_MS = 40.0
+GOAL_JOBS_RATIO = 0.95  # job pages/s / the same pages as synchronous requests: the queue costs nothing
 GOAL_LAYOUT_RATIO = 1.2  # per page, orientation and layout on / both off, upright single-column pages
 # Measurement 6: client A's upload pace (100 Mbit/s, a fast office link) and the nested PDF's first depth.
 ATTACK_UPLOAD_BYTES_PER_S = 100e6 / 8
@@ -280,6 +283,95 @@ class OurService:
         self.process.stop()
 
 
+# ---------------------------------------------------------------------------------------------- jobs
+
+
+def job_pages(d, n: int) -> list[Image.Image]:
+    """n pages of text (four distinct ones, repeated), each read by the engine in a fraction of a second."""
+    pool = d.TEXTS["en"] + d.TEXTS["latin"]
+    distinct = [d.render([pool[(i + k) % len(pool)] for k in range(12)], "en").image for i in range(4)]
+    return [distinct[i % 4] for i in range(n)]
+
+
+def jobs_sync_pass(svc: OurService, pages: list[bytes], concurrency: int) -> float:
+    """Seconds for every page, each its own one-page PDF, through POST /v1/ocr by `concurrency` clients."""
+    docs = [Doc(f"p{i + 1}", data, "application/pdf", (0, 0)) for i, data in enumerate(pages)]
+    res = ours_pass(svc, docs, concurrency, side="sync")
+    if res.errors:
+        raise RuntimeError(f"synchronous pages failed: {res.errors[0]}")
+    return res.seconds
+
+
+def jobs_job_pass(svc: OurService, document: bytes, n: int) -> float:
+    """Seconds from POST /v1/jobs of the whole PDF until its status says done (polled every 20 ms)."""
+    auth = {"Authorization": f"Bearer {svc.key}"}
+    with httpx.Client(base_url=svc.process.url, headers=auth, timeout=600) as client:
+        t0 = pc()
+        r = client.post("/v1/jobs", content=document, headers={"Content-Type": "application/pdf"})
+        if r.status_code != 202:
+            raise RuntimeError(f"POST /v1/jobs: HTTP {r.status_code}: {r.text[:200]}")
+        status_url = r.json()["status_url"]
+        while (job := client.get(status_url).json())["status"] in ("queued", "running"):
+            time.sleep(0.02)
+        took = pc() - t0
+    if job["status"] != "done" or job["pages"]["done"] != n:
+        raise RuntimeError(f"job ended {job['status']} with {job['pages']}")
+    svc.process.check_alive()
+    return took
+
+
+def bench_jobs(workdir: Path, overrides: dict, cfg: Config, d) -> dict:
+    """Measurement 8: the same pages as one bulk job and as synchronous requests, one service, rounds
+    alternating which goes first."""
+    cluster = tests_module("postgres").Cluster().start()
+    svc = None
+    try:
+        svc = OurService(workdir / "ours-jobs", {**overrides, "database_url": cluster.create_database("ocr")})
+        subprocess.run(
+            [*ocr_app_argv(), "db", "upgrade", "--config", str(svc.config_file)],
+            check=True,
+            capture_output=True,
+            env=_clean_env(),
+        )
+        svc.start()
+        engine = resolve_engine_name(svc.settings)
+        c = svc.settings.for_engine(engine).max_concurrency or 1
+        pages = job_pages(d, cfg.job_pages)
+        document = d.pdf(pages, dpi=200)
+        singles = [d.pdf([p], dpi=200) for p in pages]
+        client_c = 2 * c  # a saturating client: every slot busy and as many waiting
+        if cfg.warmup:
+            jobs_sync_pass(svc, singles[: 2 * c], client_c)
+        sync_s: list[float] = []
+        job_s: list[float] = []
+        for r in range(cfg.rounds):
+            order = ("sync", "job") if r % 2 == 0 else ("job", "sync")
+            for side in order:
+                log(f"measurement 8: round {r + 1}, {side}: {cfg.job_pages} pages")
+                if side == "sync":
+                    sync_s.append(jobs_sync_pass(svc, singles, client_c))
+                else:
+                    job_s.append(jobs_job_pass(svc, document, cfg.job_pages))
+        sync_pps = cfg.job_pages / statistics.median(sync_s)
+        job_pps = cfg.job_pages / statistics.median(job_s)
+        return {
+            "pages": cfg.job_pages,
+            "rounds": cfg.rounds,
+            "engine": engine,
+            "max_concurrency": c,
+            "client_concurrency": client_c,
+            "sync_s": sync_s,
+            "job_s": job_s,
+            "sync_pages_per_s": sync_pps,
+            "job_pages_per_s": job_pps,
+            "ratio": job_pps / sync_pps,
+        }
+    finally:
+        if svc is not None:
+            svc.stop()
+        cluster.stop()
+
+
 # ---------------------------------------------------------------------------------------------- load
 
 
@@ -446,6 +538,7 @@ class Config:
     only: set[str]
     overrides: dict
     attack_window_s: float = 30.0
+    job_pages: int = 48
 
 
 def bench_decode(photo: bytes, settings: Settings, reps: int) -> dict:
@@ -984,6 +1077,19 @@ def build_rows(res: dict) -> list[tuple[str, str, str, str, str, str, str]]:
                 f"max {h['max_ms']:.1f} ms, peak {h['max_in_service']} in service",
             )
         )
+    j = res.get("jobs")
+    if j:
+        rows.append(
+            (
+                "8 bulk job / synchronous requests  pages/s",
+                fmt(j["job_pages_per_s"]),
+                fmt(j["sync_pages_per_s"]),
+                fmt(j["ratio"]),
+                f">= {GOAL_JOBS_RATIO}",
+                verdict(j["ratio"] >= GOAL_JOBS_RATIO),
+                f"{j['pages']} pages x {j['rounds']} rounds, medians; sync clients {j['client_concurrency']}",
+            )
+        )
     rows += attack_rows(res.get("attack"))
     rows += layout_rows(res.get("layout"))
     dec = res.get("decode")
@@ -1148,8 +1254,8 @@ def parse_args(argv: list[str] | None) -> tuple[Config, bool]:
     p.add_argument("--rounds", type=int, help="passes per side and concurrency (default 2, quick 1)")
     p.add_argument(
         "--only",
-        default="direct,peer,healthz,decode,bomb,attack,layout",
-        help="comma-separated subset of: direct,peer,healthz,decode,bomb,attack,layout",
+        default="direct,peer,healthz,decode,bomb,attack,layout,jobs",
+        help="comma-separated subset of: direct,peer,healthz,decode,bomb,attack,layout,jobs",
     )
     p.add_argument("--concurrency", default="1,4", help="client concurrencies for 1 and 2 (default 1,4)")
     p.add_argument(
@@ -1174,13 +1280,14 @@ def parse_args(argv: list[str] | None) -> tuple[Config, bool]:
         only={s.strip() for s in a.only.split(",")},
         overrides=overrides,
         attack_window_s=20.0 if a.quick else 30.0,
+        job_pages=16 if a.quick else 48,
     )
     return cfg, a.quick
 
 
 def service_overrides(cfg: Config) -> dict:
-    """Our configuration: the shipped defaults (workers = CPUs, 1 thread each, max_concurrency 2), plus
-    a queue and a deadline roomy enough that the healthz load (16 big documents at once) is all admitted."""
+    """Our configuration: the shipped defaults (workers = CPUs, 1 thread each, max_concurrency the engine's),
+    plus a queue and a deadline roomy enough that the healthz load (16 big documents at once) is admitted."""
     over = {"max_queue": max(16, cfg.healthz_docs), "request_timeout_s": 300, **cfg.overrides}
     return over
 
@@ -1203,6 +1310,7 @@ def run(cfg: Config, quick: bool, workdir: Path) -> dict:
     big_docs = [(docs[0] if i % 2 == 0 else letter_pdf) for i in range(cfg.healthz_docs)]
     overrides = service_overrides(cfg)
     settings = load_settings(None, auth_disabled=True, **overrides)
+    settings = settings.for_engine(resolve_engine_name(settings))
     keys = ("rapidocr_workers", "rapidocr_threads", "max_concurrency", "preprocess_workers", "max_queue")
     res["settings"] = {
         k: getattr(settings, k) for k in (*keys, "rapidocr_use_cls", "max_image_side", "pdf_dpi")
@@ -1311,6 +1419,11 @@ def run(cfg: Config, quick: bool, workdir: Path) -> dict:
                     svc.stop()
 
         guarded("service (second run)", phase3)
+
+    # 8. bulk jobs vs synchronous requests, a service of its own with a job database.
+    if "jobs" in cfg.only:
+        log("measurement 8: bulk job vs synchronous requests")
+        guarded("jobs", lambda: res.__setitem__("jobs", bench_jobs(workdir, overrides, cfg, d)))
 
     if peer:
         res["service_vs_peer"] = {}

@@ -1,79 +1,14 @@
-"""A throw-away PostgreSQL cluster for the tests: Debian's server binaries, a temporary directory, a unix
-socket in it and no TCP. PostgreSQL refuses to run as root: under root the server alone runs as `nobody`."""
+"""The tests' throw-away PostgreSQL cluster: `make demo-local`'s (scripts/pg_cluster.py), one owner."""
 
 from __future__ import annotations
 
-import glob
-import os
-import pwd
-import shutil
-import subprocess
-import tempfile
+import importlib.util
 from pathlib import Path
 
-import psycopg
-
-
-def server_bin() -> Path:
-    found = sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"))
-    if not found:
-        raise RuntimeError(
-            "PostgreSQL's server binaries are missing: run `make system-deps` (Debian: postgresql)"
-        )
-    return Path(found[-1]).parent
-
-
-class Cluster:
-    def __init__(self) -> None:
-        self.bin = server_bin()
-        self.dir = Path(tempfile.mkdtemp(prefix="ocr-pg-"))  # short: a socket path holds at most 107 bytes
-        self.data = self.dir / "data"
-        self.as_server: list[str] = []
-        if os.geteuid() == 0:
-            nobody = pwd.getpwnam("nobody")
-            os.chown(self.dir, nobody.pw_uid, nobody.pw_gid)
-            self.as_server = ["runuser", "-u", "nobody", "--"]
-
-    def _run(self, *args: str) -> None:
-        subprocess.run([*self.as_server, *args], check=True, capture_output=True, cwd=self.dir)
-
-    def start(self) -> Cluster:
-        self._run(
-            str(self.bin / "initdb"),
-            "-D",
-            str(self.data),
-            "-U",
-            "ocr",
-            "--auth=trust",
-            "--no-sync",
-            "-E",
-            "UTF8",
-        )
-        # Durability off: a test cluster is thrown away.
-        opts = f"-k {self.dir} -c listen_addresses='' -c fsync=off -c synchronous_commit=off"
-        self._run(
-            str(self.bin / "pg_ctl"),
-            "-D",
-            str(self.data),
-            "-l",
-            str(self.dir / "log"),
-            "-o",
-            opts,
-            "-w",
-            "start",
-        )
-        return self
-
-    def url(self, database: str) -> str:
-        return f"postgresql://ocr@/{database}?host={self.dir}"
-
-    def create_database(self, name: str) -> str:
-        with psycopg.connect(self.url("postgres"), autocommit=True) as conn:
-            conn.execute(f'CREATE DATABASE "{name}"')
-        return self.url(name)
-
-    def stop(self) -> None:
-        try:
-            self._run(str(self.bin / "pg_ctl"), "-D", str(self.data), "-m", "immediate", "stop")
-        finally:
-            shutil.rmtree(self.dir, ignore_errors=True)
+_spec = importlib.util.spec_from_file_location(
+    "pg_cluster", Path(__file__).resolve().parents[1] / "scripts" / "pg_cluster.py"
+)
+assert _spec is not None and _spec.loader is not None
+_module = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_module)
+Cluster = _module.Cluster
