@@ -3,7 +3,9 @@
 2 app hosts + 1 HAProxy host converge site.yml (the CPU engine's models as an ocr_model revision). A load
 generator sends OCR requests with real documents to the load balancer while playbooks/upgrade.yml rolls a new
 app version and a new model revision through the fleet (app-1 first, as a canary: a quarter then half of the
-requests while app-2 replays every request it answers to it and compares the texts; promoted), then a newer
+requests while app-2 replays every request it answers to it and compares the texts; promoted; a 300-page bulk
+job submitted before it is worked through it and must come back whole: `job_pages_lost=0
+job_pages_duplicated=0 pages=300`, each host's share printed), then a newer
 release with a deliberately broken model
 revision (its files match their manifest, it passes its self-test and reads the golden document, but its
 dictionary reads capitals the golden document lacks as others, so the evaluation gate, an evaluation set read
@@ -41,6 +43,7 @@ from lab import fleet as F
 from lab import lab as L
 from tests.docs import encode, render
 from tests.fleet.conftest import MULTI, MULTI_INSTANCES, ROOT, current_release, lb_servers, say, task_order
+from tests.fleet.jobs import FleetJob
 from tests.fleet.load import Load
 from tests.fleet.releases import derive_wheelhouse
 from tests.models import misreading_revision
@@ -48,6 +51,7 @@ from tests.models import misreading_revision
 pytestmark = [pytest.mark.lab, pytest.mark.timeout(3600)]
 
 MIN_REQUESTS = 500
+JOB_PAGES = 300  # a bulk job worked through the good upgrade (tests/fleet/jobs.py)
 DRAIN_FILE = "/run/ocr-app/drain"
 MODEL_ROOT = "/var/lib/ocr-app/models"  # ocr_model_root's default
 MODEL = F.lab_model()[0]
@@ -232,6 +236,8 @@ def test_rolling_upgrades_under_load(fleet, tmp_path):
     try:
         # --- a good version (release and model revision), through the whole fleet, canaried on app-1 ----
         started = invocations(fleet, MULTI)
+        # A bulk job through the whole rollout: each drained instance lets its leases go, the others read on.
+        job = FleetJob.submit(fleet, JOB_PAGES, key=f"fleet-upgrade-{int(time.time())}")
         t0 = time.monotonic()
         extravars = {
             "ocr_app_wheelhouse_dir": str(good_wh),
@@ -294,6 +300,11 @@ def test_rolling_upgrades_under_load(fleet, tmp_path):
         )
         linked = {h: sorted(res["linked"]) for h, res in results(r, "Link the files").items()}
         assert linked == {h: files for h in fleet.apps}, linked
+        st = job.wait_done(900)
+        figures = job.check()
+        say(f"job {job.job_id} through the upgrade: {st['pages']}, pages by host {job.shares()}")
+        print(" ".join(f"{k}={v}" for k, v in figures.items()))
+        assert figures == {"job_pages_lost": 0, "job_pages_duplicated": 0, "pages": JOB_PAGES}, figures
         after_good = load.total
 
         # --- a broken model revision (with a newer release): the first host's evaluation fails -----------

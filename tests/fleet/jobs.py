@@ -1,0 +1,110 @@
+"""A bulk job through the fleet's load balancer, and what the fleet's job database says of it: a generated PDF
+whose every page names its own number, so a page lost, repeated or swapped for another shows in the result."""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from collections import Counter
+from dataclasses import dataclass
+
+import httpx
+
+from lab import fleet as F
+from tests.docs import pdf, render
+
+DB_HOST = "db-1"
+DATABASE = "ocr"  # the postgresql role's postgresql_database
+
+
+def document(pages: int) -> bytes:
+    """A PDF of `pages` small pages, page i reading `JOB PAGE i / pages` (a few tenths of a second of OCR)."""
+    images = [
+        render([f"JOB PAGE {i} / {pages}"], size=36, width=620, margin=30).image for i in range(1, pages + 1)
+    ]
+    return pdf(images, dpi=200)
+
+
+@dataclass
+class FleetJob:
+    fleet: F.Fleet
+    job_id: str
+    pages: int
+
+    @classmethod
+    def submit(cls, fleet: F.Fleet, pages: int, key: str) -> FleetJob:
+        with fleet.client() as c:
+            r = c.post(
+                "/v1/jobs",
+                content=document(pages),
+                headers={"Content-Type": "application/pdf", "Idempotency-Key": key},
+            )
+        assert r.status_code == 202, r.text
+        return cls(fleet, r.json()["job_id"], pages)
+
+    def status(self) -> dict | None:
+        """The job's status through the load balancer; None while no answer comes (a database restarting)."""
+        try:
+            with self.fleet.client(timeout=10) as c:
+                r = c.get(f"/v1/jobs/{self.job_id}")
+        except httpx.TransportError:
+            return None
+        return r.json() if r.status_code == 200 else None
+
+    def wait_pages(self, at_least: int, timeout: float) -> dict:
+        """Poll (bounded) until at least this many pages are read or the job has ended."""
+        deadline = time.monotonic() + timeout
+        last = None
+        while time.monotonic() < deadline:
+            last = self.status() or last
+            if last and (last["pages"]["done"] >= at_least or last["status"] not in ("queued", "running")):
+                return last
+            time.sleep(0.5)
+        raise AssertionError(f"job {self.job_id}: fewer than {at_least} pages within {timeout:.0f} s: {last}")
+
+    def wait_done(self, timeout: float) -> dict:
+        st = self.wait_pages(self.pages + 1, timeout)  # returns only once the job has ended
+        assert st["status"] == "done", st
+        return st
+
+    def result_pages(self) -> list[dict]:
+        """The result as JSON Lines, streamed through the load balancer: one page per line, in order."""
+        with self.fleet.client(timeout=300) as c:
+            r = c.get(f"/v1/jobs/{self.job_id}/result", headers={"Accept": "application/x-ndjson"})
+        assert r.status_code == 200, r.text[:500]
+        return [json.loads(line) for line in r.text.splitlines() if line.strip()]
+
+    def check(self) -> dict[str, int]:
+        """Every page once, in order, reading its own number: lost (missing or wrong), duplicated (more than
+        once), and how many pages the result holds."""
+        got = self.result_pages()
+        numbers = [p["page"] for p in got]
+        duplicated = sum(n - 1 for n in Counter(numbers).values() if n > 1)
+        right = {
+            p["page"]
+            for p in got
+            if [int(x) for x in re.findall(r"\d+", p.get("text", ""))] == [p["page"], self.pages]
+        }
+        lost = self.pages - len(right & set(range(1, self.pages + 1)))
+        assert numbers == sorted(numbers), "pages out of order"
+        return {"job_pages_lost": lost, "job_pages_duplicated": duplicated, "pages": len(got)}
+
+    def sql(self, query: str) -> list[list[str]]:
+        """Rows of a query about this job (`:'job'` in it), run on the database host by psql."""
+        argv = ["runuser", "-u", "postgres", "--", "psql", "-d", DATABASE, "-AtF", "\t"]
+        argv += ["-v", f"job={self.job_id}"]
+        out = self.fleet.lab.exec(DB_HOST, argv, input=query).stdout
+        return [line.split("\t") for line in out.splitlines() if line]
+
+    def shares(self) -> dict[str, int]:
+        """Pages written per app host (the worker column names host:port:pid)."""
+        rows = self.sql(
+            "SELECT split_part(worker, ':', 1), count(*) FROM ocr_job_pages WHERE job_id = :'job' GROUP BY 1"
+        )
+        return {host: int(n) for host, n in rows}
+
+    def reclaimed_ranges(self) -> int:
+        """Page ranges claimed more than once (a lease that expired or was let go)."""
+        rows = self.sql("SELECT count(*) FROM ocr_job_ranges WHERE job_id = :'job' AND claims > 1")
+        return int(rows[0][0])

@@ -1,0 +1,92 @@
+"""A bulk job loses nothing (`make test-fleet`): while the fleet works one job, an instance is killed
+(`kill -9`), a host is cut off from the job database for longer than a lease, and PostgreSQL is restarted.
+
+The job is submitted through HAProxy; every instance of both app hosts claims its page ranges. The killed
+instance's range and the cut-off host's range wait for their leases to expire and are read by another
+instance; a restarted database costs the workers their connections, not their work. The result (JSON Lines,
+through HAProxy) must hold every page once, in order, each reading its own number; a synchronous OCR is
+answered while the database restarts. Prints `disrupted job: job_pages_lost=L job_pages_duplicated=D pages=N`
+and each host's share of the pages.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from lab import lab as L
+from tests.fleet.conftest import MULTI, say
+from tests.fleet.jobs import DB_HOST, FleetJob
+from tests.fleet.load import documents
+
+pytestmark = [pytest.mark.lab, pytest.mark.timeout(1500)]
+
+PAGES = 150
+CUT_HOST = "app-1"
+# inventory/lab/group_vars/ocr_servers/jobs.yml: a lease not renewed for this long is taken by another worker.
+LEASE_S = 15
+CUT_TABLE = "ocrfleet_test_cut"
+
+
+def cut(fleet, host: str, address: str) -> None:
+    """Drop every packet between the host and the address (a table of its own: the firewall role's stays)."""
+    rules = (
+        f"table inet {CUT_TABLE} {{\n"
+        f"  chain out {{ type filter hook output priority -10; ip daddr {address} drop; }}\n"
+        f"  chain in {{ type filter hook input priority -10; ip saddr {address} drop; }}\n"
+        "}\n"
+    )
+    fleet.lab.exec(host, ["nft", "-f", "-"], input=rules)
+
+
+def mend(fleet, host: str) -> None:
+    fleet.lab.exec(host, ["nft", "delete", "table", "inet", CUT_TABLE])
+
+
+def test_a_job_survives_a_kill_a_cut_and_a_database_restart(fleet):
+    t0 = time.monotonic()
+    job = FleetJob.submit(fleet, PAGES, key=f"fleet-disruptions-{int(time.time())}")
+    say(f"job {job.job_id}: {PAGES} pages submitted")
+
+    # kill -9 an instance of the 4-instance host mid-job: its range's lease expires, another reads it.
+    job.wait_pages(15, 600)
+    fleet.lab.exec(MULTI, ["systemctl", "kill", "--signal=SIGKILL", "ocr-app@1.service"])
+    say(f"killed {MULTI}'s ocr-app@1")
+
+    # Cut app-1 from the database for longer than a lease: the others go on and take over its range.
+    at = job.wait_pages(40, 600)["pages"]["done"]
+    db_address = fleet.lab.host(DB_HOST).address
+    cut(fleet, CUT_HOST, db_address)
+    try:
+        cut_at = time.monotonic()
+        job.wait_pages(at + 15, 600)
+        L.wait_until(lambda: time.monotonic() - cut_at > 2 * LEASE_S, 3 * LEASE_S, "a lease's time")
+        during = job.wait_pages(at + 20, 600)["pages"]["done"]
+    finally:
+        mend(fleet, CUT_HOST)
+    say(f"{CUT_HOST} cut off from the database for {time.monotonic() - cut_at:.0f} s: {at} -> {during} pages")
+
+    # Restart PostgreSQL mid-job; the synchronous path does not need it.
+    job.wait_pages(during + 10, 600)
+    fleet.lab.exec(DB_HOST, ["systemctl", "restart", "postgresql"])
+    with fleet.client() as c:
+        r = c.post("/v1/ocr", content=documents(1)[0].body, headers={"Content-Type": "image/png"})
+    assert r.status_code == 200, r.text[:300]
+    say("PostgreSQL restarted mid-job; a synchronous OCR answered 200 meanwhile")
+
+    st = job.wait_done(900)
+    figures = job.check()
+    shares = job.shares()
+    reclaimed = job.reclaimed_ranges()
+    say(
+        f"job done in {time.monotonic() - t0:.0f} s, pages by host {shares}, {reclaimed} ranges claimed "
+        f"again, status {st['pages']}"
+    )
+    print("disrupted job: " + " ".join(f"{k}={v}" for k, v in figures.items()))
+    assert figures == {"job_pages_lost": 0, "job_pages_duplicated": 0, "pages": PAGES}, figures
+    assert st["pages"] == {"total": PAGES, "done": PAGES, "failed": 0}, st
+    # Both hosts worked it, and the killed instance's and the cut host's ranges were read again.
+    assert set(shares) and len(shares) == len(fleet.apps) and all(n > 0 for n in shares.values()), shares
+    assert sum(shares.values()) == PAGES, shares
+    assert reclaimed >= 1, reclaimed
