@@ -62,6 +62,7 @@ GOAL_VS_PEER = 1.3
 GOAL_HEALTHZ_P99_MS = 50.0
 GOAL_DECODE_MS = 40.0
 GOAL_JOBS_RATIO = 0.95  # job pages/s / the same pages as synchronous requests: the queue costs nothing
+GOAL_JOBS_LATENCY_RATIO = 1.25  # /v1/ocr latency beside a running job / without one
 GOAL_LAYOUT_RATIO = 1.2  # per page, orientation and layout on / both off, upright single-column pages
 # Measurement 6: client A's upload pace (100 Mbit/s, a fast office link) and the nested PDF's first depth.
 ATTACK_UPLOAD_BYTES_PER_S = 100e6 / 8
@@ -302,22 +303,67 @@ def jobs_sync_pass(svc: OurService, pages: list[bytes], concurrency: int) -> flo
     return res.seconds
 
 
-def jobs_job_pass(svc: OurService, document: bytes, n: int) -> float:
-    """Seconds from POST /v1/jobs of the whole PDF until its status says done (polled every 20 ms)."""
-    auth = {"Authorization": f"Bearer {svc.key}"}
-    with httpx.Client(base_url=svc.process.url, headers=auth, timeout=600) as client:
-        t0 = pc()
-        r = client.post("/v1/jobs", content=document, headers={"Content-Type": "application/pdf"})
-        if r.status_code != 202:
-            raise RuntimeError(f"POST /v1/jobs: HTTP {r.status_code}: {r.text[:200]}")
-        status_url = r.json()["status_url"]
-        while (job := client.get(status_url).json())["status"] in ("queued", "running"):
-            time.sleep(0.02)
-        took = pc() - t0
+def _svc_client(svc: OurService) -> httpx.Client:
+    return httpx.Client(base_url=svc.process.url, headers={"Authorization": f"Bearer {svc.key}"}, timeout=600)
+
+
+def submit_job(client: httpx.Client, document: bytes) -> str:
+    """POST /v1/jobs of the whole PDF; its status URL."""
+    r = client.post("/v1/jobs", content=document, headers={"Content-Type": "application/pdf"})
+    if r.status_code != 202:
+        raise RuntimeError(f"POST /v1/jobs: HTTP {r.status_code}: {r.text[:200]}")
+    return r.json()["status_url"]
+
+
+def wait_job(client: httpx.Client, status_url: str, n: int) -> None:
+    """Until the job's status says it ended (polled every 20 ms); it must be done with every page read."""
+    while (job := client.get(status_url).json())["status"] in ("queued", "running"):
+        time.sleep(0.02)
     if job["status"] != "done" or job["pages"]["done"] != n:
         raise RuntimeError(f"job ended {job['status']} with {job['pages']}")
+
+
+def jobs_job_pass(svc: OurService, document: bytes, n: int) -> float:
+    """Seconds from POST /v1/jobs of the whole PDF until its status says done."""
+    with _svc_client(svc) as client:
+        t0 = pc()
+        wait_job(client, submit_job(client, document), n)
+        took = pc() - t0
     svc.process.check_alive()
     return took
+
+
+def latencies(svc: OurService, body: bytes, n: int) -> list[float]:
+    """Seconds of n one-page POST /v1/ocr requests sent one after the other (an interactive client)."""
+    out = []
+    with _svc_client(svc) as client:
+        for _ in range(n):
+            t = pc()
+            r = client.post("/v1/ocr", content=body, headers={"Content-Type": "application/pdf"})
+            if r.status_code != 200:
+                raise RuntimeError(f"POST /v1/ocr: HTTP {r.status_code}: {r.text[:200]}")
+            out.append(pc() - t)
+    return out
+
+
+def latency_beside_job(svc: OurService, body: bytes, document: bytes, n: int, pages: int) -> dict:
+    """/v1/ocr latency with no job, then while a job of `pages` pages runs (the job must outlast it)."""
+    idle = latencies(svc, body, n)
+    with _svc_client(svc) as client:
+        status_url = submit_job(client, document)
+        busy = latencies(svc, body, n)
+        throughout = client.get(status_url).json()["status"] in ("queued", "running")
+        wait_job(client, status_url, pages)
+    svc.process.check_alive()
+    return {
+        "n": n,
+        "idle_p50_ms": 1000 * statistics.median(idle),
+        "idle_p95_ms": 1000 * (percentile(idle, 95) or 0),
+        "job_p50_ms": 1000 * statistics.median(busy),
+        "job_p95_ms": 1000 * (percentile(busy, 95) or 0),
+        "ratio": statistics.median(busy) / statistics.median(idle),
+        "job_ran_throughout": throughout,
+    }
 
 
 def bench_jobs(workdir: Path, overrides: dict, cfg: Config, d) -> dict:
@@ -354,7 +400,10 @@ def bench_jobs(workdir: Path, overrides: dict, cfg: Config, d) -> dict:
                     job_s.append(jobs_job_pass(svc, document, cfg.job_pages))
         sync_pps = cfg.job_pages / statistics.median(sync_s)
         job_pps = cfg.job_pages / statistics.median(job_s)
+        log(f"measurement 8: /v1/ocr latency, {cfg.latency_requests} requests without a job, then beside one")
+        latency = latency_beside_job(svc, singles[0], document, cfg.latency_requests, cfg.job_pages)
         return {
+            "latency": latency,
             "pages": cfg.job_pages,
             "rounds": cfg.rounds,
             "engine": engine,
@@ -539,6 +588,7 @@ class Config:
     overrides: dict
     attack_window_s: float = 30.0
     job_pages: int = 48
+    latency_requests: int = 20
 
 
 def bench_decode(photo: bytes, settings: Settings, reps: int) -> dict:
@@ -1090,6 +1140,19 @@ def build_rows(res: dict) -> list[tuple[str, str, str, str, str, str, str]]:
                 f"{j['pages']} pages x {j['rounds']} rounds, medians; sync clients {j['client_concurrency']}",
             )
         )
+        lat = j["latency"]
+        rows.append(
+            (
+                "8 /v1/ocr p50 beside a job / without  ms",
+                fmt(lat["job_p50_ms"], ".0f"),
+                fmt(lat["idle_p50_ms"], ".0f"),
+                fmt(lat["ratio"], ".2f"),
+                f"<= {GOAL_JOBS_LATENCY_RATIO}",
+                verdict(lat["ratio"] <= GOAL_JOBS_LATENCY_RATIO if lat["job_ran_throughout"] else None),
+                f"n={lat['n']} each, one client; p95 {lat['job_p95_ms']:.0f} / {lat['idle_p95_ms']:.0f} ms"
+                + ("" if lat["job_ran_throughout"] else "; the job ended first: no verdict"),
+            )
+        )
     rows += attack_rows(res.get("attack"))
     rows += layout_rows(res.get("layout"))
     dec = res.get("decode")
@@ -1281,6 +1344,7 @@ def parse_args(argv: list[str] | None) -> tuple[Config, bool]:
         overrides=overrides,
         attack_window_s=20.0 if a.quick else 30.0,
         job_pages=16 if a.quick else 48,
+        latency_requests=6 if a.quick else 20,
     )
     return cfg, a.quick
 
