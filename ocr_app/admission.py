@@ -1,7 +1,8 @@
-"""Admission: at most `max_concurrency` requests in flight and `max_queue` waiting; the rest get 503.
+"""Admission: at most `max_concurrency` interactive requests in flight, `max_queue` waiting; the rest get 503.
 
-Bulk-job pages (ocr_app/jobs/worker.py) take the same slots, but only a slot that is free right now: they
-never queue, so an interactive request waits at most for the job pages already running."""
+Bulk-job pages (ocr_app/jobs/worker.py) have a count of their own and never take an interactive slot, so an
+interactive request never waits here for them; background_may_start() is the one rule for when they start,
+and the engine serves interactive pages first (Engine.recognize's `background`)."""
 
 from __future__ import annotations
 
@@ -15,13 +16,26 @@ from .results import overloaded
 
 
 class Admission:
-    def __init__(self, max_concurrency: int, max_queue: int, drain_file: Path | None):
+    def __init__(
+        self,
+        max_concurrency: int,
+        max_queue: int,
+        drain_file: Path | None,
+        background_max: int = 1,
+        background_max_interactive: int = 0,
+        yield_s: float = 0.0,
+    ):
         self.max_concurrency = max_concurrency
         self.max_queue = max_queue
         self.drain_file = drain_file
+        self.background_max = background_max
+        self.background_max_interactive = background_max_interactive
+        self.yield_s = yield_s
         self._slots = asyncio.Semaphore(max_concurrency)
-        self.inflight = 0
+        self.inflight = 0  # interactive requests
         self.queued = 0
+        self.background = 0  # job pages in flight
+        self._interactive_ended = -float("inf")  # monotonic time the last interactive request ended
 
     @property
     def draining(self) -> bool:
@@ -48,21 +62,26 @@ class Admission:
             yield time.perf_counter() - start
         finally:
             self.inflight -= 1
+            self._interactive_ended = time.monotonic()
             self._slots.release()
 
-    def spare(self, max_queued: int = 0) -> bool:
-        """A slot is free and at most `max_queued` interactive requests wait: background work may start."""
-        return not self._slots.locked() and self.queued <= max_queued
+    def background_may_start(self) -> bool:
+        """Whether a job page may start now: fewer than background_max run, and at most
+        background_max_interactive interactive requests are in flight or waiting, one that ended less than
+        yield_s ago counting as still there (an interactive client's next request usually follows at once:
+        a job page started in that gap would hold it up)."""
+        interactive = self.inflight + self.queued
+        if interactive == 0 and time.monotonic() - self._interactive_ended < self.yield_s:
+            interactive = 1
+        return self.background < self.background_max and interactive <= self.background_max_interactive
 
     @asynccontextmanager
-    async def spare_slot(self) -> AsyncIterator[None]:
-        """Hold a slot that spare() found free (no await between them: taking it does not wait)."""
-        if self._slots.locked():
+    async def background_slot(self) -> AsyncIterator[None]:
+        """Count one job page in flight; background_may_start() said yes (no await between them)."""
+        if self.background >= self.background_max:
             raise overloaded(retry_after_s=1)
-        await self._slots.acquire()
-        self.inflight += 1
+        self.background += 1
         try:
             yield
         finally:
-            self.inflight -= 1
-            self._slots.release()
+            self.background -= 1

@@ -111,8 +111,16 @@ class Settings(BaseSettings):
     max_job_bytes: int = Field(200 * MiB, ge=1024)
     max_job_pages: int = Field(2000, ge=1, le=100_000)
     max_jobs_in_flight: int = Field(8, ge=1, le=10_000)  # queued or running jobs per API key
-    # Job pages are taken only while at most this many interactive requests wait for a slot.
-    job_claim_max_queue: int = Field(0, ge=0)
+    # Job pages share the engine with interactive requests, which come first (Admission.background_may_start
+    # is the rule): a job page starts only while at most job_max_interactive interactive requests are in
+    # flight or waiting, an interactive request counting for job_yield_s after it ends (a client's next
+    # request usually follows at once). None: the engine's (Settings.for_engine): on rapidocr 0, as a page
+    # beside an interactive one shares its CPU; on vllm half the batch, which has room beside them.
+    job_max_interactive: int | None = Field(None, ge=0, le=4096)
+    job_yield_s: float = Field(0.25, ge=0, le=60)
+    # Job pages in flight per instance (their own count: they never take an interactive slot); None: the
+    # engine's, as max_concurrency's, so that job pages alone fill the batch (the CPU engine's pipeline).
+    job_max_inflight: int | None = Field(None, ge=1, le=4096)
     # Webhooks (ocr_app/jobs/webhooks.py): a job's webhook_url must lie under one of these URL prefixes
     # (same scheme, host and port; the path at or below the prefix's). Empty: webhooks refused. An
     # allow-list, as the app POSTs from inside the fleet's network: a client must not make it call arbitrary
@@ -158,10 +166,16 @@ class Settings(BaseSettings):
 
     def for_engine(self, engine: str) -> Settings:
         """These settings with the defaults that depend on the engine (once resolved) filled in."""
-        if self.max_concurrency is not None:
-            return self
-        n = self.vllm_max_num_seqs if engine == "vllm" else max(2, self.rapidocr_workers)
-        return self.model_copy(update={"max_concurrency": n})
+        n = self.max_concurrency or (
+            self.vllm_max_num_seqs if engine == "vllm" else max(2, self.rapidocr_workers)
+        )
+        defaults = {
+            "max_concurrency": n,
+            "job_max_inflight": n,
+            "job_max_interactive": self.vllm_max_num_seqs // 2 if engine == "vllm" else 0,
+        }
+        update = {k: v for k, v in defaults.items() if getattr(self, k) is None}
+        return self.model_copy(update=update) if update else self
 
     @model_validator(mode="after")
     def _vllm_is_consistent(self) -> Settings:

@@ -95,7 +95,10 @@ class Metrics:
         for outcome in ("delivered", "retried", "failed"):
             self.job_webhooks.labels(outcome)
         # ocr_shadow_* (the canary replays) are ocr_app/shadow.py's, in this registry.
-        self.inflight = Gauge("ocr_inflight_requests", "OCR requests being processed", registry=r)
+        self.inflight = Gauge("ocr_inflight_requests", "Interactive OCR requests being processed", registry=r)
+        self.job_pages_inflight = Gauge(
+            "ocr_job_pages_inflight", "Bulk-job pages this instance is reading", registry=r
+        )
         self.queue_depth = Gauge("ocr_queue_depth", "OCR requests waiting for a slot", registry=r)
         self.model_loaded = Gauge("ocr_model_loaded", "1 once the engine passed its self-test", registry=r)
         self.info = Gauge(
@@ -106,6 +109,7 @@ class Metrics:
         self,
         inflight: Callable[[], float],
         queued: Callable[[], float],
+        job_pages_inflight: Callable[[], float],
         engine_pages: Callable[[], float],
         engine_retries: Callable[[], float] | None = None,
         engine_rotations: Callable[[], dict[int, int]] | None = None,
@@ -113,6 +117,7 @@ class Metrics:
     ) -> None:
         self.inflight.set_function(inflight)
         self.queue_depth.set_function(queued)
+        self.job_pages_inflight.set_function(job_pages_inflight)
         # Read from the engine itself: shows that abandoned work stops.
         pages_doc = "Pages the engine ran, including those of timed-out requests"
         self.registry.register(_EngineCounter("ocr_engine_pages", pages_doc, engine_pages))

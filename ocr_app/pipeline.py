@@ -49,7 +49,16 @@ class Pipeline:
         assert settings.max_concurrency is not None
         self.engine = engine
         self.metrics = metrics
-        self.admission = Admission(settings.max_concurrency, settings.max_queue, settings.drain_file)
+        assert settings.job_max_inflight is not None
+        assert settings.job_max_interactive is not None
+        self.admission = Admission(
+            settings.max_concurrency,
+            settings.max_queue,
+            settings.drain_file,
+            background_max=settings.job_max_inflight,
+            background_max_interactive=settings.job_max_interactive,
+            yield_s=settings.job_yield_s,
+        )
         self.decode_pool = DecodePool.from_settings(
             settings, on_killed=lambda reason: metrics.decode_killed.labels(reason).inc()
         )
@@ -57,6 +66,7 @@ class Pipeline:
         metrics.track(
             lambda: self.admission.inflight,
             lambda: self.admission.queued,
+            lambda: self.admission.background,
             lambda: engine.pages_done,
             engine_retries=lambda: engine.retries,
             engine_rotations=(lambda: engine.rotations) if engine.rotations is not None else None,
@@ -111,12 +121,14 @@ class Pipeline:
         )
 
     async def run_background(self, body: bytes, job: Job) -> list[Page]:
-        """A bulk job's pages (ocr_app/jobs/worker.py), read exactly as run() reads them, in a slot that
-        Admission.spare() found free (never queued), within request_timeout_s. Raises ApiError as run()."""
+        """A bulk job's pages (ocr_app/jobs/worker.py), read exactly as run() reads them, once
+        Admission.background_may_start() said yes (never queued), the engine serving interactive pages
+        first, within request_timeout_s. Raises ApiError as run()."""
         timeout_s = self.settings.request_timeout_s
         try:
-            async with asyncio.timeout(timeout_s), self.admission.spare_slot():
-                pages, _, _ = await self._read(body, job, time.monotonic() + timeout_s, Trace())
+            async with asyncio.timeout(timeout_s), self.admission.background_slot():
+                deadline = time.monotonic() + timeout_s
+                pages, _, _ = await self._read(body, job, deadline, Trace(), background=True)
         except TimeoutError:
             raise timeout(timeout_s) from None
         except EngineError:
@@ -124,7 +136,7 @@ class Pipeline:
         return pages
 
     async def _read(
-        self, body: bytes, job: Job, deadline: float, trace: Trace
+        self, body: bytes, job: Job, deadline: float, trace: Trace, background: bool = False
     ) -> tuple[list[Page], float, float]:
         """Decode -> engine -> the response's pages, with the times the engine started and finished."""
         # Multipart parsing included: a worker that passes the deadline is killed with its work.
@@ -134,7 +146,9 @@ class Pipeline:
         trace.pages = len(images)
         t_inf = time.perf_counter()
         with self.health.engine_work():
-            engine_pages = await self.engine.recognize(images, max_tokens=job.max_tokens)
+            engine_pages = await self.engine.recognize(
+                images, max_tokens=job.max_tokens, background=background
+            )
         t_done = time.perf_counter()
         self.metrics.pages.inc(len(images))
         self.metrics.inference.observe(t_done - t_inf)

@@ -6,7 +6,8 @@ STALL_CONTROL naming a directory. On each request, recognize() looks there:
 - `block_loop` (a number of seconds): sleeps that long *synchronously*, on the event loop, then goes on;
   the file is removed first, so it happens once;
 - `wedge`: waits (without blocking the loop) while the file exists, finishing no page;
-- `trickle` (a number of seconds): each page takes that long (a slow engine that still makes progress).
+- `trickle` (a number of seconds): each page takes that long (a slow engine that still makes progress);
+- `hold_interactive`: an interactive request's pages wait while the file exists (a bulk job's go on).
 
 Otherwise every page reads back the self-test text at once. Everything else (settings, the CLI, the HTTP
 app, the decode pool) is the app's own: only the class behind `engine: rapidocr` is replaced, in this
@@ -37,13 +38,15 @@ class StallEngine(Engine):
     async def load(self) -> None:
         pass
 
-    async def recognize(self, pages, max_tokens=None):
+    async def recognize(self, pages, max_tokens=None, background=False):
         block = self.control / "block_loop"
         if block.exists():
             seconds = float(block.read_text())
             block.unlink()
             time.sleep(seconds)  # noqa: ASYNC251 - on the event loop: what a slow synchronous path does
         while (self.control / "wedge").exists():  # noqa: ASYNC110 - another process removes it
+            await asyncio.sleep(0.05)
+        while not background and (self.control / "hold_interactive").exists():  # noqa: ASYNC110
             await asyncio.sleep(0.05)
         trickle = self.control / "trickle"
         per_page = float(trickle.read_text()) if trickle.exists() else 0.0

@@ -73,3 +73,9 @@ def test_concurrency_follows_the_engine(tmp_path):
     assert load_settings(auth_disabled=True, rapidocr_workers=1).for_engine("rapidocr").max_concurrency == 2
     fixed = load_settings(auth_disabled=True, max_concurrency=3)
     assert fixed.for_engine("vllm").max_concurrency == 3
+    # Job pages: as many in flight as max_concurrency; beside interactive ones only on the batching engine.
+    assert (s.for_engine("vllm").job_max_inflight, s.for_engine("vllm").job_max_interactive) == (48, 24)
+    assert (s.for_engine("rapidocr").job_max_inflight, s.for_engine("rapidocr").job_max_interactive) == (6, 0)
+    assert fixed.for_engine("rapidocr").job_max_inflight == 3
+    own = load_settings(auth_disabled=True, job_max_inflight=1, job_max_interactive=2).for_engine("vllm")
+    assert (own.job_max_inflight, own.job_max_interactive) == (1, 2)

@@ -12,7 +12,9 @@ import json
 import signal
 import subprocess
 import sys
+import threading
 import time
+from datetime import datetime
 from pathlib import Path
 
 import httpx
@@ -123,7 +125,9 @@ def jobs_srv(tmp_path_factory, postgres):
         max_job_pages=5,
         max_job_bytes=2_000_000,
         max_jobs_in_flight=2,
-    ).start(env={"STALL_CONTROL": str(tmp_path_factory.mktemp("stall-control"))})
+    )
+    srv.control = tmp_path_factory.mktemp("stall-control")
+    srv.start(env={"STALL_CONTROL": str(srv.control)})
     srv.other_key = add_key(srv.keys_file, "other")
     yield srv
     assert srv.stop() == 0, srv.logs()[-2000:]
@@ -381,6 +385,96 @@ def test_a_killed_workers_pages_are_finished_by_another_once(jobs_srv, tmp_path_
     finally:
         jobs_srv.drain_file.unlink(missing_ok=True)
         a.stop(signal.SIGKILL)
+
+
+class HeldRequest:
+    """A one-page /v1/ocr request held in the engine (hold_interactive) until let_go(); it must answer 200.
+    Constructed once the request is in flight."""
+
+    def __init__(self, srv):
+        self.srv = srv
+        self.answers: list[int] = []
+        (srv.control / "hold_interactive").touch()
+        self.thread = threading.Thread(target=self._send)
+        self.thread.start()
+        deadline = time.monotonic() + 30
+        while srv.metrics()["ocr_inflight_requests"] != 1:
+            assert time.monotonic() < deadline, "the interactive request never got in flight"
+            time.sleep(0.05)
+
+    def _send(self) -> None:
+        self.answers.append(self.srv.ocr(doc(1, "i"), PDF_TYPE, timeout=60).status_code)
+
+    def let_go(self) -> float:
+        """When it was released (wall clock), once it answered."""
+        released = time.time()
+        (self.srv.control / "hold_interactive").unlink()
+        self.thread.join(60)
+        assert self.answers == [200]
+        return released
+
+
+def test_job_pages_wait_while_an_interactive_request_runs(jobs_srv):
+    """A job submitted while an interactive request is in flight stays queued (job_max_interactive is 0 on
+    the CPU engine) and starts only job_yield_s after that request ended: its client's next request would
+    have found the engine free."""
+    wait_unfinished(jobs_srv.config["database_url"])
+    held = HeldRequest(jobs_srv)
+    try:
+        with jobs_srv.client() as c:
+            job_id = submit_ok(c, doc(2, "yield")).json()["job_id"]
+            # The submit woke the worker, which looks every 0.1 s at most: ten chances to break the rule.
+            end = time.monotonic() + 1.0
+            while time.monotonic() < end:
+                assert c.get(f"/v1/jobs/{job_id}").json()["status"] == "queued"
+                time.sleep(0.05)
+    finally:
+        released = held.let_go()
+    with jobs_srv.client() as c:
+        done = wait_status(c, job_id, lambda s: s["status"] == "done")
+    started = datetime.fromisoformat(done["started_at"]).timestamp()
+    assert started >= released + 0.25, (started - released, done)  # job_yield_s, default 0.25
+    assert done["pages"] == {"total": 2, "done": 2, "failed": 0}
+
+
+def test_a_range_kept_waiting_by_interactive_requests_goes_back_to_the_queue(jobs_srv):
+    """An instance busy with interactive requests does not sit on a claimed range: after a heartbeat period
+    (job_lease_s / 3) its unread pages are queued again for any instance, and read once in the end."""
+    url = jobs_srv.config["database_url"]
+    wait_unfinished(url)
+    (jobs_srv.control / "trickle").write_text("1.0")  # each range is on its first page when the hold starts
+    try:
+        before = jobs_srv.metrics()
+        with jobs_srv.client() as c:
+            job_id = submit_ok(c, doc(4, "busy")).json()["job_id"]
+        deadline = time.monotonic() + 30
+        while jobs_srv.metrics()["ocr_job_pages_inflight"] == 0:
+            assert time.monotonic() < deadline, "no job page ever started"
+            time.sleep(0.05)
+        held = HeldRequest(jobs_srv)
+        try:
+            with psycopg.connect(url, autocommit=True) as conn:
+                sql = (
+                    "SELECT count(*) FILTER (WHERE state = 'queued' AND claims > 0),"
+                    " (SELECT count(*) FROM ocr_job_pages WHERE job_id = %s)"
+                    " FROM ocr_job_ranges WHERE job_id = %s"
+                )
+                deadline = time.monotonic() + 30
+                while (row := conn.execute(sql, (job_id, job_id)).fetchone())[0] == 0:
+                    assert time.monotonic() < deadline, "no range was given back"
+                    time.sleep(0.05)
+                assert row[1] < 4  # given back with pages still to read
+        finally:
+            held.let_go()
+        with jobs_srv.client() as c:
+            done = wait_status(c, job_id, lambda s: s["status"] == "done")
+        assert done["pages"] == {"total": 4, "done": 4, "failed": 0}
+        after = jobs_srv.metrics()
+        # Every page read once, the interactive one besides: a range given back is not read twice.
+        assert after["ocr_engine_pages_total"] - before["ocr_engine_pages_total"] == 4 + 1
+        assert after["ocr_job_lease_expiries_total"] == before["ocr_job_lease_expiries_total"]
+    finally:
+        (jobs_srv.control / "trickle").unlink(missing_ok=True)
 
 
 def test_a_page_that_cannot_be_read_is_a_page_error(jobs_srv):

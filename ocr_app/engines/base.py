@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import abc
+import asyncio
 import threading
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -13,6 +15,41 @@ from PIL import Image, ImageDraw, ImageFont
 from ..documents import PageImage
 
 SELF_TEST_TEXT = "OCR self-test 2048"
+
+
+class PriorityGate:
+    """At most `n` holders at once; when one leaves, a waiting interactive page goes before any waiting
+    background (bulk-job) page, each class in arrival order. For engines that run a page at a time per
+    worker: a job page never keeps an interactive one waiting longer than the page already running."""
+
+    def __init__(self, n: int):
+        self._free = n
+        self._waiting: tuple[deque[asyncio.Future], deque[asyncio.Future]] = (deque(), deque())
+
+    async def acquire(self, background: bool = False) -> None:
+        if self._free > 0 and not any(self._waiting):
+            self._free -= 1
+            return
+        turn = asyncio.get_running_loop().create_future()
+        queue = self._waiting[1 if background else 0]
+        queue.append(turn)
+        try:
+            await turn
+        except asyncio.CancelledError:
+            if turn.done() and not turn.cancelled():
+                self.release()  # handed the turn just as it was cancelled: the next one takes it
+            else:
+                queue.remove(turn)
+            raise
+
+    def release(self) -> None:
+        for queue in self._waiting:
+            while queue:
+                turn = queue.popleft()
+                if not turn.done():
+                    turn.set_result(None)
+                    return
+        self._free += 1
 
 
 @dataclass
@@ -99,10 +136,13 @@ class Engine(abc.ABC):
             raise EngineError(f"self-test failed: expected {SELF_TEST_TEXT!r}, got {got[:80]!r}")
 
     @abc.abstractmethod
-    async def recognize(self, pages: list[PageImage], max_tokens: int | None = None) -> list[EnginePage]:
+    async def recognize(
+        self, pages: list[PageImage], max_tokens: int | None = None, background: bool = False
+    ) -> list[EnginePage]:
         """OCR preprocessed pages. Cancelling the awaiting task abandons pages not yet started.
 
         `max_tokens`: the most tokens a generative engine may write per page (others ignore it).
+        `background`: a bulk job's pages: waiting interactive pages go first.
         """
 
     def healthy(self) -> bool:

@@ -22,6 +22,7 @@ import logging
 import queue
 import shutil
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import suppress
 from importlib.metadata import version
 from pathlib import Path
 
@@ -29,7 +30,7 @@ import numpy as np
 
 from ..documents import PageImage
 from ..layout import page_layout
-from .base import Engine, EngineBlock, EngineError, EngineLine, EnginePage, model_label
+from .base import Engine, EngineBlock, EngineError, EngineLine, EnginePage, PriorityGate, model_label
 
 log = logging.getLogger("ocr_app.engines.rapidocr")
 
@@ -73,6 +74,7 @@ class RapidOcrEngine(Engine):
         self._idle: queue.SimpleQueue = queue.SimpleQueue()
         self._files: dict[str, Path] | None = None  # model_files(), once checked
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="rapidocr")
+        self._gate = PriorityGate(workers)  # a page holds it while in the pool: the pool never queues
 
     def _new_instance(self):
         try:
@@ -183,16 +185,28 @@ class RapidOcrEngine(Engine):
             self.rotations[0] += 1
         return _to_page(out, image.width, image.height)
 
-    async def recognize(self, pages: list[PageImage], max_tokens: int | None = None) -> list[EnginePage]:
+    async def recognize(
+        self, pages: list[PageImage], max_tokens: int | None = None, background: bool = False
+    ) -> list[EnginePage]:
         loop = asyncio.get_running_loop()
         results = []
-        # One page at a time per request: the pool is shared, so concurrency comes from requests.
+        # One page at a time per request: the workers are shared, so concurrency comes from requests. The
+        # gate hands a free worker to an interactive page before a job page (a FIFO pool would not).
         for page in pages:
-            results.append(await loop.run_in_executor(self._pool, self._run, page.image))
+            await self._gate.acquire(background)
+            done = self._pool.submit(self._run, page.image)
+            # Released when the worker is free again: a cancelled request's page still runs to its end.
+            done.add_done_callback(lambda _: _call_soon(loop, self._gate.release))
+            results.append(await asyncio.wrap_future(done))
         return results
 
     async def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
+
+
+def _call_soon(loop: asyncio.AbstractEventLoop, fn) -> None:
+    with suppress(RuntimeError):  # the loop closed meanwhile (shutdown): nothing waits any more
+        loop.call_soon_threadsafe(fn)
 
 
 # Page orientation. A page turned 90 or 270 degrees has its text lines standing: the detector still finds

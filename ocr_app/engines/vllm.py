@@ -53,6 +53,8 @@ log = logging.getLogger("ocr_app.engines.vllm")
 MiB = 1024 * 1024
 WATCH_INTERVAL_S = 1.0
 WARMUP_MAX_TOKENS = 64
+# vLLM's priority for a bulk job's pages (lower goes first; interactive pages are 0).
+PRIORITY_BACKGROUND = 1
 
 
 @dataclass(frozen=True)
@@ -259,6 +261,9 @@ class VllmEngine(Engine):
             limit_mm_per_prompt={"image": 1},
             mm_processor_cache_gb=0,
             enable_prefix_caching=False,
+            # Interactive pages (priority 0) are scheduled before job pages (PRIORITY_BACKGROUND) waiting
+            # beside them, and preempt them when the KV cache is short.
+            scheduling_policy="priority",
             disable_log_stats=False,  # vLLM's Prometheus metrics
         )
 
@@ -374,7 +379,9 @@ class VllmEngine(Engine):
 
     # -- recognition -------------------------------------------------------------------------------
 
-    async def recognize(self, pages: list[PageImage], max_tokens: int | None = None) -> list[EnginePage]:
+    async def recognize(
+        self, pages: list[PageImage], max_tokens: int | None = None, background: bool = False
+    ) -> list[EnginePage]:
         if self._llm is None or self._dead:
             raise EngineError("vllm engine is not running")
         limit = asyncio.Semaphore(self.settings.vllm_max_num_seqs)  # a long PDF does not flood the queue
@@ -382,7 +389,7 @@ class VllmEngine(Engine):
 
         async def one(page: PageImage) -> EnginePage:
             async with limit:
-                return await self._page(page, tokens)
+                return await self._page(page, tokens, PRIORITY_BACKGROUND if background else 0)
 
         tasks = [asyncio.create_task(one(p)) for p in pages]
         try:
@@ -395,7 +402,7 @@ class VllmEngine(Engine):
             await asyncio.gather(*tasks, return_exceptions=True)
             raise
 
-    async def _page(self, page: PageImage, max_tokens: int) -> EnginePage:
+    async def _page(self, page: PageImage, max_tokens: int, priority: int) -> EnginePage:
         s = self.settings
         boxes = asyncio.create_task(self.grounder.detect(page)) if self.grounder is not None else None
         try:
@@ -403,7 +410,7 @@ class VllmEngine(Engine):
             for temperature in (s.vllm_temperature, *s.vllm_retry_temperatures):
                 if attempts:
                     self.retries += 1
-                attempt = await self._generate(page.image, temperature, max_tokens)
+                attempt = await self._generate(page.image, temperature, max_tokens, priority)
                 self._judge(attempt)
                 attempts.append(attempt)
                 if attempt.problem is None:
@@ -440,7 +447,7 @@ class VllmEngine(Engine):
         elif attempt.finish_reason == "length":
             attempt.problem = "max_tokens_reached"
 
-    async def _generate(self, image, temperature: float, max_tokens: int) -> Attempt:
+    async def _generate(self, image, temperature: float, max_tokens: int, priority: int = 0) -> Attempt:
         v = self._vllm
         params = v.SamplingParams(
             temperature=temperature,
@@ -457,7 +464,9 @@ class VllmEngine(Engine):
         (engine_input,) = await self._llm.renderer.render_cmpl_async([prompt])
         final = None
         try:
-            async for out in self._llm.generate(engine_input, params, f"ocr-{uuid.uuid4().hex}"):
+            async for out in self._llm.generate(
+                engine_input, params, f"ocr-{uuid.uuid4().hex}", priority=priority
+            ):
                 final = out
         except asyncio.CancelledError:
             self.aborted += 1  # vLLM's generate() aborts the request on its way out

@@ -130,7 +130,7 @@ class Jobs:
             json.dumps({"document": digest, "pages": selection, **options, **hook}, sort_keys=True).encode()
         ).hexdigest()
         with _database():
-            return await self.store.create(
+            job_id, created = await self.store.create(
                 owner,
                 idempotency_key,
                 fingerprint,
@@ -142,6 +142,9 @@ class Jobs:
                 s.max_jobs_in_flight,
                 webhook_url,
             )
+        if created:
+            self.worker.wake()
+        return job_id, created
 
     async def status(self, owner: str, job_id: str) -> dict:
         with _database():

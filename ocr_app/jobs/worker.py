@@ -1,10 +1,11 @@
 """The in-process job worker: claims page ranges while this instance has spare capacity, reads their pages
 through the Pipeline (as /v1/ocr reads them), keeps its leases alive, and gives them back when it stops.
 
-Loops, one owner each: `max_concurrency` claimers (a page each at most, in admission's spare slots), the
-heartbeat (every lease renewed at a third of job_lease_s), the timer (schema check, result expiry,
-fleet-wide metrics, every job_sweep_s), and WEBHOOK_SENDERS webhook senders (a finished job's delivery each,
-leased like a range: webhooks.py says what is sent and when again).
+Loops, one owner each: `job_max_inflight` claimers (a page each at most, started when
+Admission.background_may_start() says so: interactive requests come first), the heartbeat (every lease
+renewed at a third of job_lease_s), the timer (schema check, result expiry, fleet-wide metrics, every
+job_sweep_s), and WEBHOOK_SENDERS webhook senders (a finished job's delivery each, leased like a range:
+webhooks.py says what is sent and when again).
 """
 
 from __future__ import annotations
@@ -74,7 +75,7 @@ class JobWorker:
         self._tasks.append(asyncio.create_task(self._heartbeat(), name="jobs-heartbeat"))
         self._tasks += [
             asyncio.create_task(self._claimer(), name=f"jobs-claimer-{i}")
-            for i in range(self.settings.max_concurrency)
+            for i in range(self.settings.job_max_inflight or 1)
         ]
         self._tasks += [
             asyncio.create_task(self._webhook_sender(), name=f"jobs-webhook-{i}")
@@ -96,11 +97,15 @@ class JobWorker:
         if self._http is not None:
             await self._http.aclose()
 
+    def wake(self) -> None:
+        """A job was submitted here: look for ranges now, not after job_poll_s."""
+        self._empty_at = -float("inf")
+
     def _claimable(self) -> bool:
         return (
             self.store.refusal() is None
             and self.may_work()
-            and self.pipeline.admission.spare(self.settings.job_claim_max_queue)
+            and self.pipeline.admission.background_may_start()
         )
 
     async def _claimer(self) -> None:
@@ -144,12 +149,12 @@ class JobWorker:
             # Renewed before each page: a range lost meanwhile (cancelled, or reclaimed) stops here.
             if not await self.store.keep(claim, self.id, self.settings.job_lease_s):
                 return
-            if not await self._wait_for_slot():
+            if not await self._wait_for_turn():
                 await self.store.release(self.id, claim)
                 return
             opts = claim.options
             job = Job(claim.content_type, [page], opts.get("preview", False), opts.get("max_tokens"))
-            try:  # no await between the slot found spare and run_background taking it
+            try:  # no await between background_may_start() and run_background counting the page
                 result = (await self.pipeline.run_background(body, job))[0].model_dump_json()
                 error = None
             except ApiError as err:
@@ -164,10 +169,13 @@ class JobWorker:
         if status is not None:
             log.info("job finished", extra={"job_id": str(claim.job_id), "status": status})
 
-    async def _wait_for_slot(self) -> bool:
-        """Until admission has a spare slot; False when this instance stops working (drain, stop)."""
-        while not self.pipeline.admission.spare(self.settings.job_claim_max_queue):
-            if not self.may_work():
+    async def _wait_for_turn(self) -> bool:
+        """Until a job page may start here; False when this instance stops working (drain, stop) or its
+        interactive requests kept the range waiting for a heartbeat period (job_lease_s / 3): its other pages
+        go back to the queue, for an instance with time to read them."""
+        give_up = time.monotonic() + self.settings.job_lease_s / 3
+        while not self.pipeline.admission.background_may_start():
+            if not self.may_work() or time.monotonic() > give_up:
                 return False
             await asyncio.sleep(0.02)  # a poll interval: interactive requests come first
         return self.may_work()

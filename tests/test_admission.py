@@ -1,0 +1,87 @@
+"""Who goes first: the rule for when a bulk-job page may start (Admission.background_may_start) and the engine
+gate that hands a free worker to an interactive page before a job page (PriorityGate)."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from ocr_app.admission import Admission
+from ocr_app.engines.base import PriorityGate
+from ocr_app.results import ApiError
+
+
+def test_job_pages_start_only_while_interactive_requests_leave_room():
+    async def scenario() -> None:
+        a = Admission(2, 4, None, background_max=2, background_max_interactive=0, yield_s=60)
+        assert a.background_may_start()  # nothing interactive yet
+        async with a.slot():
+            assert not a.background_may_start()  # an interactive request in flight
+        # Ended, but its client's next request is likely on its way: still not, for yield_s.
+        assert not a.background_may_start()
+        a.yield_s = 0
+        assert a.background_may_start()
+        async with a.background_slot(), a.background_slot():
+            assert not a.background_may_start()  # background_max job pages run
+            with pytest.raises(ApiError) as err:
+                async with a.background_slot():
+                    pass
+            assert (err.value.status, err.value.code) == (503, "overloaded")
+            # Job pages never take an interactive slot: two interactive requests still get in at once.
+            async with a.slot(), a.slot():
+                assert (a.inflight, a.queued) == (2, 0)
+        assert a.background == 0
+
+        # Beside interactive requests up to background_max_interactive (the batching engine's default).
+        b = Admission(4, 4, None, background_max=4, background_max_interactive=1, yield_s=0)
+        async with b.slot():
+            assert b.background_may_start()
+            async with b.slot():
+                assert not b.background_may_start()
+
+    asyncio.run(scenario())
+
+
+def test_a_waiting_interactive_page_goes_before_waiting_job_pages():
+    async def scenario() -> list[str]:
+        gate = PriorityGate(1)
+        order: list[str] = []
+        await gate.acquire()  # a page runs on the one worker
+
+        async def page(name: str, background: bool) -> None:
+            await gate.acquire(background)
+            order.append(name)
+            gate.release()
+
+        waiting = [asyncio.create_task(page("job-1", True)), asyncio.create_task(page("job-2", True))]
+        await asyncio.sleep(0)  # both job pages wait before the interactive one arrives
+        waiting.append(asyncio.create_task(page("interactive", False)))
+        await asyncio.sleep(0)
+        gate.release()
+        await asyncio.gather(*waiting)
+        return order
+
+    assert asyncio.run(scenario()) == ["interactive", "job-1", "job-2"]
+
+
+def test_a_cancelled_waiter_passes_its_turn_on():
+    async def scenario() -> list[str]:
+        gate = PriorityGate(1)
+        order: list[str] = []
+        await gate.acquire()
+
+        async def page(name: str) -> None:
+            await gate.acquire()
+            order.append(name)
+            gate.release()
+
+        gone, next_one = asyncio.create_task(page("gone")), asyncio.create_task(page("next"))
+        await asyncio.sleep(0)
+        gate.release()  # the turn is handed to `gone`...
+        gone.cancel()  # ...which is cancelled before it runs: `next` must still get the worker
+        await asyncio.gather(gone, next_one, return_exceptions=True)
+        await gate.acquire()  # and the worker is free again afterwards (nothing leaked)
+        return order
+
+    assert asyncio.run(scenario()) == ["next"]
