@@ -94,7 +94,17 @@ def test_rotations_metric():
     from ocr_app.metrics import Metrics
 
     m = Metrics()
-    m.track(lambda: 0, lambda: 0, lambda: 4, engine_rotations=lambda: {0: 3, 90: 1, 180: 0, 270: 0})
+
+    def none() -> int:
+        return 0
+
+    m.track(
+        inflight=none,
+        queued=none,
+        job_pages_inflight=none,
+        engine_pages=lambda: 4,
+        engine_rotations=lambda: {0: 3, 90: 1, 180: 0, 270: 0},
+    )
     text = generate_latest(m.registry).decode()
     assert 'ocr_page_rotations_total{degrees="0"} 3.0' in text
     assert 'ocr_page_rotations_total{degrees="90"} 1.0' in text
