@@ -61,13 +61,14 @@ class AppState:
     """Everything a request needs, built once from Settings."""
 
     def __init__(self, settings: Settings, engine: Engine, on_fatal: Callable[[str], None] | None):
-        self.settings = settings = settings.for_engine(engine.name)
+        self.metrics = Metrics()
+        self.pipeline = Pipeline(settings, engine, self.metrics)
+        # With the engine's defaults filled in (Settings.for_engine, applied by the pipeline).
+        self.settings = settings = self.pipeline.settings
         self.engine = engine
         self.on_fatal = on_fatal
         self.keys = KeyStore(settings.api_keys_file) if not settings.auth_disabled else None
-        self.metrics = Metrics()
         self.metrics.info.labels(VERSION, engine.name, engine.model).set(1)
-        self.pipeline = Pipeline(settings, engine, self.metrics)
         self.shadow = Shadow(settings, self.metrics.registry)
         self.admission = self.pipeline.admission
         self.health = self.pipeline.health
@@ -518,11 +519,9 @@ def _job_routes(app: FastAPI, state: AppState) -> None:
         openapi_extra=_OCR_BODY,
         summary="Submit a document as a bulk job (read page by page by the whole fleet)",
         description="The job is read by every instance; follow it at status_url or events_url, fetch its "
-        "pages at result_url. With webhook_url, the service POSTs `job.finished` there once the job is done, "
-        "failed or cancelled, signed in X-OCR-Signature (`t=<unix seconds>,v1=<hex>`: HMAC-SHA256 keyed with "
-        "the lowercase hex sha256 of the API key that submitted the job, over `<t>.` followed by the body; "
-        "`ocr_app.jobs.webhooks.verify` checks it). Unsigned when the server runs without API keys and "
-        "job_webhook_secret is unset.",
+        "pages at result_url. With webhook_url (see the parameter: what is sent, how it is signed), "
+        "`ocr_app.jobs.webhooks.verify` checks a delivery's signature. Unsigned when the server runs without "
+        "API keys and job_webhook_secret is unset.",
     )
     async def submit_job(
         request: Request,

@@ -265,8 +265,11 @@ def test_the_webhook_url_is_part_of_the_idempotent_request(hooks_srv, receiver):
 def test_webhook_url_in_the_openapi_document(hooks_srv):
     post = httpx.get(hooks_srv.url + "/openapi.json").json()["paths"]["/v1/jobs"]["post"]
     param = next(p for p in post["parameters"] if p["name"] == "webhook_url")
+    # How a delivery is signed is said once, on the parameter; the route points at it and at the verifier.
     assert param["in"] == "query" and "X-OCR-Signature" in param["description"]
-    assert "sha256" in post["description"] and "invalid_webhook" in post["responses"]["400"]["description"]
+    assert "sha256 of your API key" in param["description"]
+    assert "webhooks.verify" in post["description"] and "HMAC" not in post["description"]
+    assert "invalid_webhook" in post["responses"]["400"]["description"]
 
 
 # --- below HTTP ---------------------------------------------------------------------------------------------
