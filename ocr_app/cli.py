@@ -433,6 +433,11 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--pages", help="PDF/TIFF pages, e.g. 1-3,7")
     s.add_argument("--idempotency-key", help="the same key and document return the same job, not a new one")
     s.add_argument(
+        "--webhook-url",
+        help="the service POSTs job.finished here when the job ends (signed; under the server's "
+        "job_webhook_allowed_urls)",
+    )
+    s.add_argument(
         "--follow", "-f", action="store_true", help="wait, showing progress on stderr; write the pages"
     )
     s = client_options(jsub.add_parser("status", help="a job's status, as JSON"))

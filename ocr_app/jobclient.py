@@ -307,9 +307,9 @@ def submit(client: httpx.Client, args) -> int:
         headers = {"Content-Type": content_type}
         if args.idempotency_key:
             headers["Idempotency-Key"] = args.idempotency_key
-        params = {"pages": args.pages} if args.pages else None
+        params = {k: v for k, v in (("pages", args.pages), ("webhook_url", args.webhook_url)) if v}
         # The file object is streamed in chunks (with its Content-Length), never read whole.
-        r = client.post("/v1/jobs", content=f, headers=headers, params=params)
+        r = client.post("/v1/jobs", content=f, headers=headers, params=params or None)
     job_id = _expect(r, 202)["job_id"]
     again = " (the job this Idempotency-Key already made)" if r.headers.get("idempotent-replayed") else ""
     if not args.follow:

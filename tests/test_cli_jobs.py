@@ -148,6 +148,9 @@ def test_errors_say_what_the_server_said_and_exit_1_or_2(srv, tmp_path):
     too_many.write_bytes(doc(11, "x"))  # max_job_pages 10
     r = cli(srv, "submit", too_many)
     assert r.returncode == 1 and "HTTP 413 too_many_pages" in r.stderr and "max_job_pages" in r.stderr
+    # --webhook-url reaches the server, which allows no receiver here.
+    r = cli(srv, "submit", pdf, "--webhook-url", "http://127.0.0.1:9/hook")
+    assert r.returncode == 1 and "HTTP 400 invalid_webhook" in r.stderr, r.stderr
     # The network: nothing listens there.
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
