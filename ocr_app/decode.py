@@ -77,7 +77,7 @@ class _Page:
         return PageImage(self.number, image, self.width, self.height, self.preview)
 
 
-def _init_worker(memory_mb: int) -> None:
+def _init_worker(memory_mb: int, idle: bool = False) -> None:
     # pebble stops a worker with SIGTERM and a Python handler, which cannot run while PDFium is inside a
     # render; the default action ends it at once. The parent holds the pool's channel lock while it kills.
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
@@ -87,6 +87,11 @@ def _init_worker(memory_mb: int) -> None:
         f.write("1000")
     limit = memory_mb * MiB
     resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+    if idle:  # bulk-job pages: only CPU time no interactive request's decode or page wants
+        try:
+            os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+        except (OSError, AttributeError) as err:  # refused by a seccomp filter, or not Linux: still works
+            log.warning("job decode worker runs at normal CPU priority: %s", err)
 
 
 def _cpu_used_s() -> float:
@@ -159,8 +164,10 @@ class DecodePool:
         bounds: DecodeBounds,
         limits: Limits,
         on_killed: Callable[[str], None] | None = None,
+        idle: bool = False,
     ):
         self.workers = workers
+        self.idle = idle  # workers at SCHED_IDLE (the bulk-job pages' pool)
         self.bounds = bounds
         self.limits = limits
         # Told the reason each time a worker is stopped (and replaced): shows that abandoned work stops.
@@ -168,12 +175,19 @@ class DecodePool:
         self._pool = self._new_pool()
 
     @classmethod
-    def from_settings(cls, settings: Settings, on_killed: Callable[[str], None] | None = None) -> DecodePool:
+    def from_settings(
+        cls,
+        settings: Settings,
+        on_killed: Callable[[str], None] | None = None,
+        workers: int | None = None,
+        idle: bool = False,
+    ) -> DecodePool:
         return cls(
-            settings.preprocess_workers,
+            workers or settings.preprocess_workers,
             DecodeBounds(settings.decode_cpu_s, settings.decode_memory_mb),
             Limits.from_settings(settings),
             on_killed,
+            idle,
         )
 
     def _new_pool(self) -> ProcessPool:
@@ -181,7 +195,10 @@ class DecodePool:
         # The decoders are imported once in the forkserver; each worker is a fork of it.
         ctx.set_forkserver_preload(["__main__", "ocr_app.decode"])
         return ProcessPool(
-            max_workers=self.workers, initializer=_init_worker, initargs=(self.bounds.memory_mb,), context=ctx
+            max_workers=self.workers,
+            initializer=_init_worker,
+            initargs=(self.bounds.memory_mb, self.idle),
+            context=ctx,
         )
 
     def start(self) -> None:

@@ -19,7 +19,7 @@ from .documents import PageImage
 from .engines import Engine, EngineError, EnginePage
 from .health import HealthMonitor
 from .metrics import Metrics
-from .results import Block, Line, OcrResponse, Page, Timings, not_ready, timeout
+from .results import Block, Line, OcrResponse, Page, Timings, job_page_timeout, not_ready, timeout
 
 # The cancel message when a request's client has gone: the label its killed decode worker is counted under.
 CLIENT_GONE = "client_gone"
@@ -59,8 +59,14 @@ class Pipeline:
             background_max_interactive=settings.job_max_interactive,
             yield_s=settings.job_yield_s,
         )
-        self.decode_pool = DecodePool.from_settings(
-            settings, on_killed=lambda reason: metrics.decode_killed.labels(reason).inc()
+        on_killed = lambda reason: metrics.decode_killed.labels(reason).inc()  # noqa: E731
+        self.decode_pool = DecodePool.from_settings(settings, on_killed)
+        # Bulk-job pages decode in workers of their own at SCHED_IDLE: never ahead of a request's decode,
+        # nor taking the CPU from engine threads at SCHED_IDLE on equal terms (those wait for each other).
+        self.job_decode_pool = (
+            DecodePool.from_settings(settings, on_killed, max(1, settings.preprocess_workers // 2), idle=True)
+            if settings.database_url and settings.job_idle_priority
+            else None
         )
         self.health = HealthMonitor(settings, metrics, self.decode_pool, engine)
         metrics.track(
@@ -76,12 +82,16 @@ class Pipeline:
     async def start(self) -> None:
         """The decode workers (seconds of interpreter start-up: off the event loop), then the engine."""
         await asyncio.to_thread(self.decode_pool.start)
+        if self.job_decode_pool is not None:
+            await asyncio.to_thread(self.job_decode_pool.start)
         await self.engine.load()
         await self.engine.self_test()
 
     async def close(self) -> None:
         await self.engine.close()
         self.decode_pool.close()
+        if self.job_decode_pool is not None:
+            self.job_decode_pool.close()
 
     async def run(
         self, read_body: Callable[[], Awaitable[bytes]], job: Job, request_id: str, trace: Trace | None = None
@@ -99,8 +109,9 @@ class Pipeline:
                 t_pre = time.perf_counter()
                 body = await read_body()
                 trace.bytes = len(body)
-                pages, t_inf, t_done = await self._read(body, job, deadline, trace)
+                images = await self._decode(body, job, deadline, trace)
                 del body
+                pages, t_inf, t_done = await self._recognize(images, job)
         except TimeoutError:
             raise timeout(timeout_s) from None
         except EngineError:  # the engine died under this request; its on_fatal has been called
@@ -122,28 +133,34 @@ class Pipeline:
 
     async def run_background(self, body: bytes, job: Job) -> list[Page]:
         """A bulk job's pages (ocr_app/jobs/worker.py), read exactly as run() reads them, once
-        Admission.background_may_start() said yes (never queued), the engine serving interactive pages
-        first, within request_timeout_s. Raises ApiError as run()."""
-        timeout_s = self.settings.request_timeout_s
+        Admission.background_may_start() said yes (never queued), within job_page_timeout_s (interactive
+        work goes first at each step). Raises ApiError as run()."""
+        timeout_s = self.settings.job_page_timeout_s
         try:
             async with asyncio.timeout(timeout_s), self.admission.background_slot():
                 deadline = time.monotonic() + timeout_s
-                pages, _, _ = await self._read(body, job, deadline, Trace(), background=True)
+                images = await self._decode(body, job, deadline, Trace(), self.job_decode_pool)
+                pages, _, _ = await self._recognize(images, job, background=True)
         except TimeoutError:
-            raise timeout(timeout_s) from None
+            raise job_page_timeout(timeout_s) from None
         except EngineError:
             raise not_ready("unhealthy") from None
         return pages
 
-    async def _read(
-        self, body: bytes, job: Job, deadline: float, trace: Trace, background: bool = False
-    ) -> tuple[list[Page], float, float]:
-        """Decode -> engine -> the response's pages, with the times the engine started and finished."""
+    async def _decode(
+        self, body: bytes, job: Job, deadline: float, trace: Trace, pool: DecodePool | None = None
+    ) -> list[PageImage]:
         # Multipart parsing included: a worker that passes the deadline is killed with its work.
-        images = await self.decode_pool.decode(
+        images = await (pool or self.decode_pool).decode(
             DecodeRequest(body, job.content_type, job.selection, job.preview), deadline
         )
         trace.pages = len(images)
+        return images
+
+    async def _recognize(
+        self, images: list[PageImage], job: Job, background: bool = False
+    ) -> tuple[list[Page], float, float]:
+        """The engine on decoded pages -> the response's pages, with the times it started and finished."""
         t_inf = time.perf_counter()
         with self.health.engine_work():
             engine_pages = await self.engine.recognize(

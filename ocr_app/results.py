@@ -157,6 +157,11 @@ def timeout(seconds: float) -> ApiError:
     return ApiError(504, "timeout", f"request did not finish within {seconds:g} s and was cancelled")
 
 
+def job_page_timeout(seconds: float) -> ApiError:
+    """A bulk-job page not read within job_page_timeout_s (Pipeline.run_background): the page's error."""
+    return ApiError(504, "timeout", f"the page was not read within {seconds:g} s (job_page_timeout_s)")
+
+
 def jobs_unavailable(message: str) -> ApiError:
     return ApiError(503, "jobs_unavailable", message, {"Retry-After": "5"})
 

@@ -498,3 +498,38 @@ def test_a_page_that_cannot_be_read_is_a_page_error(jobs_srv):
         assert page_error["error"] == {"code": "invalid_image", "message": sync_error["message"]}
         result = c.get(f"/v1/jobs/{job_id}/result").json()
         assert [p["page"] for p in result["pages"]] == [1] and result["errors"] == [page_error]
+
+
+def test_a_job_page_slower_than_a_request_deadline_is_still_read(tmp_path_factory, postgres):
+    """Interactive work comes first, so a job page may take longer than request_timeout_s (a /v1/ocr
+    request's deadline): it is still read. Past job_page_timeout_s it is a page error `timeout`."""
+    srv = make_server(
+        StallServer,
+        tmp_path_factory,
+        postgres,
+        "jobs_deadline",
+        engine="rapidocr",
+        request_timeout_s=2,
+        job_page_timeout_s=5,
+    )
+    control = tmp_path_factory.mktemp("stall-deadline")
+    srv.start(env={"STALL_CONTROL": str(control)})
+    try:
+        # A page takes 3 s: past the request deadline, within the job page's.
+        (control / "trickle").write_text("3")
+        assert_error(srv.ocr(doc(1, "sync"), PDF_TYPE), 504, "timeout")
+        with srv.client() as c:
+            job_id = submit_ok(c, doc(1, "slow")).json()["job_id"]
+            done = wait_status(c, job_id, lambda s: s["status"] == "done")
+            assert done["pages"] == {"total": 1, "done": 1, "failed": 0}, done
+            (control / "trickle").write_text("8")  # past job_page_timeout_s
+            job_id = submit_ok(c, doc(1, "late")).json()["job_id"]
+            failed = wait_status(c, job_id, lambda s: s["status"] not in ("queued", "running"))
+            assert failed["status"] == "failed" and failed["pages"] == {"total": 1, "done": 0, "failed": 1}
+            assert failed["errors"][0]["error"] == {
+                "code": "timeout",
+                "message": "the page was not read within 5 s (job_page_timeout_s)",
+            }
+    finally:
+        (control / "trickle").unlink(missing_ok=True)
+        assert srv.stop() == 0, srv.logs()[-2000:]

@@ -43,10 +43,15 @@ def create_engine(settings: Settings) -> Engine:
     raise EngineError(f"unknown engine {name!r}")
 
 
-def _rapidocr(settings: Settings, model_dir: Path | None = None) -> Engine:
+def _rapidocr(settings: Settings, model_dir: Path | None = None, job_pages: bool = True) -> Engine:
     from .rapidocr import RapidOcrEngine
 
+    job_workers = settings.rapidocr_job_workers
+    if job_workers is None:
+        job_workers = settings.rapidocr_workers if settings.database_url and settings.job_idle_priority else 0
     return RapidOcrEngine(
+        job_workers=job_workers if job_pages else 0,
+        job_idle=settings.job_idle_priority,
         workers=settings.rapidocr_workers,
         threads=settings.rapidocr_threads,
         use_cls=settings.rapidocr_use_cls,
@@ -65,5 +70,5 @@ def _grounding_detector(settings: Settings) -> Engine | None:
     if missing:
         log.warning("grounding is off (lines get bbox null): %s not installed", ", ".join(missing))
         return None
-    # model_path is the VLM's there: grounding boxes with the wheel's own models.
-    return _rapidocr(settings)
+    # model_path is the VLM's there: grounding boxes with the wheel's own models, a job page's lines as any.
+    return _rapidocr(settings, job_pages=False)

@@ -12,13 +12,16 @@ line boxes, geometry alone (no layout model: a few ms a page, where a detection 
 much as the page's own text detection).
 
 A fixed pool of engine instances, each used by one worker thread at a time, bounds CPU and memory
-whatever the request concurrency. ONNX Runtime releases the GIL, so the event loop stays free.
+whatever the request concurrency. ONNX Runtime releases the GIL, so the event loop stays free. Bulk-job
+pages run on instances of their own (`job_workers`) whose threads, ONNX Runtime's included, are at
+SCHED_IDLE: an interactive page never waits for a job page, and takes the CPU from it while both run.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import queue
 import shutil
 from concurrent.futures import ThreadPoolExecutor
@@ -44,6 +47,7 @@ WHEEL_FILES = {
     "cls": "ch_ppocr_mobile_v2.0_cls_mobile.onnx",
 }
 DICT_KEY = "character"  # the metadata entry in which a rec model carries its dictionary
+JOB_THREAD_NAME = "ocr-job"  # the job threads' name in /proc (ONNX Runtime's among them)
 
 
 class RapidOcrEngine(Engine):
@@ -59,8 +63,11 @@ class RapidOcrEngine(Engine):
         det_limit_side: int = 1536,
         model_dir: Path | None = None,
         orientation: bool = True,
+        job_workers: int = 0,
+        job_idle: bool = True,
     ):
         self.workers = workers
+        self.job_workers = job_workers
         self.orientation = orientation
         self.rotations = dict.fromkeys(ROTATIONS, 0)  # pages by the rotation applied (see _oriented)
         self.threads = threads
@@ -71,10 +78,34 @@ class RapidOcrEngine(Engine):
         if model_dir is not None:
             self.model_dir, label = model_label(model_dir)
         self.model = f"{label} (rapidocr {version('rapidocr')})"
-        self._idle: queue.SimpleQueue = queue.SimpleQueue()
         self._files: dict[str, Path] | None = None  # model_files(), once checked
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="rapidocr")
+        self._idle: queue.SimpleQueue = queue.SimpleQueue()
         self._gate = PriorityGate(workers)  # a page holds it while in the pool: the pool never queues
+        # Job pages: instances and threads of their own, or (job_workers 0) the gate's turn after interactive.
+        # "idle", or why the job threads are not at SCHED_IDLE.
+        self.job_priority: str | None = None if job_idle else "normal (job_idle_priority is off)"
+        self._job_idle_priority = job_idle
+        self._job_pool = self._job_idle = self._job_gate = None
+        if job_workers:
+            self._job_pool = ThreadPoolExecutor(
+                max_workers=job_workers, thread_name_prefix="rapidocr-job", initializer=self._job_thread
+            )
+            self._job_idle = queue.SimpleQueue()
+            self._job_gate = PriorityGate(job_workers)
+
+    def _job_thread(self) -> None:
+        """Each job thread, first: named (`top -H`, `ps -L` show it) and moved to SCHED_IDLE. The instance is
+        created and loaded on these threads, so the threads ONNX Runtime starts for it inherit both."""
+        with suppress(OSError):
+            Path("/proc/thread-self/comm").write_text(JOB_THREAD_NAME)
+        if not self._job_idle_priority:
+            return
+        try:
+            os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))  # 0: this thread, on Linux
+            self.job_priority = self.job_priority or "idle"
+        except (OSError, AttributeError) as err:  # a seccomp filter refusing it, or not Linux
+            self.job_priority = f"normal ({type(err).__name__}: {err})"
 
     def _new_instance(self):
         try:
@@ -141,36 +172,49 @@ class RapidOcrEngine(Engine):
         return [f"model: {self.model} from {self.model_dir}: {names} ({keys} dictionary entries)"]
 
     async def load(self) -> None:
-        loop = asyncio.get_running_loop()
-        for _ in range(self.workers):
-            inst = await loop.run_in_executor(self._pool, self._new_instance)
-            # RapidOCR loads its ONNX sessions lazily: warm each instance so the first request
-            # does not pay for it (and a broken model fails here, not under traffic).
-            try:
-                await loop.run_in_executor(self._pool, inst, np.full((64, 256, 3), 255, np.uint8))
-                if self.orientation:  # a blank page never reaches the classifier: load it now
-                    await loop.run_in_executor(self._pool, inst._load_cls_model)
-            except Exception as err:
-                where = self.model_dir or "the rapidocr wheel"
-                raise EngineError(f"the models of {where} do not load: {type(err).__name__}: {err}") from err
-            self._idle.put(inst)
+        pools = [(self._pool, self._idle, self.workers)]
+        if self._job_pool is not None:
+            pools.append((self._job_pool, self._job_idle, self.job_workers))
+        for pool, idle, n in pools:
+            for _ in range(n):
+                idle.put(await self._load_instance(pool))
+        if self.job_workers and self._job_idle_priority and self.job_priority != "idle":
+            log.warning("job pages run at normal CPU priority: %s", self.job_priority)
         log.info(
             "rapidocr engine loaded",
             extra={
                 "workers": self.workers,
                 "threads": self.threads,
+                "job_workers": self.job_workers,
+                "job_priority": self.job_priority,
                 "use_cls": self.use_cls,
                 "orientation": self.orientation,
                 "model": self.model,
             },
         )
 
-    def _run(self, image) -> EnginePage:
-        inst = self._idle.get()
+    async def _load_instance(self, pool: ThreadPoolExecutor):
+        loop = asyncio.get_running_loop()
+        inst = await loop.run_in_executor(pool, self._new_instance)
+        # RapidOCR loads its ONNX sessions lazily: warm each instance so the first request
+        # does not pay for it (and a broken model fails here, not under traffic).
+        try:
+            await loop.run_in_executor(pool, inst, np.full((64, 256, 3), 255, np.uint8))
+            if self.orientation:  # a blank page never reaches the classifier: load it now
+                await loop.run_in_executor(pool, inst._load_cls_model)
+        except Exception as err:
+            where = self.model_dir or "the rapidocr wheel"
+            raise EngineError(f"the models of {where} do not load: {type(err).__name__}: {err}") from err
+        return inst
+
+    def _run(self, image, idle: queue.SimpleQueue | None = None) -> EnginePage:
+        """One page on an instance from `idle` (the interactive ones by default), on the calling thread."""
+        idle = self._idle if idle is None else idle
+        inst = idle.get()
         try:
             out, rotation = _oriented(inst, image) if self.orientation else (inst(image), 0)
         finally:
-            self._idle.put(inst)
+            idle.put(inst)
             self._page_done()
         if rotation:
             with self._count_lock:
@@ -189,19 +233,24 @@ class RapidOcrEngine(Engine):
         self, pages: list[PageImage], max_tokens: int | None = None, background: bool = False
     ) -> list[EnginePage]:
         loop = asyncio.get_running_loop()
+        gate, pool, idle = self._gate, self._pool, self._idle
+        if background and self._job_pool is not None:
+            gate, pool, idle = self._job_gate, self._job_pool, self._job_idle
         results = []
         # One page at a time per request: the workers are shared, so concurrency comes from requests. The
         # gate hands a free worker to an interactive page before a job page (a FIFO pool would not).
         for page in pages:
-            await self._gate.acquire(background)
-            done = self._pool.submit(self._run, page.image)
+            await gate.acquire(background)
+            done = pool.submit(self._run, page.image, idle)
             # Released when the worker is free again: a cancelled request's page still runs to its end.
-            done.add_done_callback(lambda _: _call_soon(loop, self._gate.release))
+            done.add_done_callback(lambda _, gate=gate: _call_soon(loop, gate.release))
             results.append(await asyncio.wrap_future(done))
         return results
 
     async def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
+        if self._job_pool is not None:
+            self._job_pool.shutdown(wait=False, cancel_futures=True)
 
 
 def _call_soon(loop: asyncio.AbstractEventLoop, fn) -> None:
