@@ -4,14 +4,24 @@ right after) are served. Every document is generated here (nothing binary is com
 
 from __future__ import annotations
 
+import asyncio
+import os
+import shutil
 import socket
+import subprocess
 import threading
 import time
+from pathlib import Path
 
 import httpx
 import pytest
+from PIL import Image
 
-from .docs import encode, png_bomb, render
+from ocr_app.config import Settings
+from ocr_app.decode import PAGE_DIR_PREFIX, DecodePool, DecodeRequest, _page_dir, decode_document
+from ocr_app.documents import load_pages
+
+from .docs import encode, multipage_tiff, png_bomb, render
 from .hostile import slow_render_pdf
 from .server import Server
 from .test_errors import assert_error
@@ -129,3 +139,69 @@ def test_a_client_that_leaves_stops_its_work_and_is_counted_499_not_500(tmp_path
         assert "unhandled error" not in srv.logs()
     finally:
         assert srv.stop() == 0
+
+
+# ------------------------------------------------------------------ pages crossing as files on tmpfs
+
+
+@pytest.fixture
+def pool():
+    p = DecodePool.from_settings(Settings(auth_disabled=True), workers=1)
+    p.start()
+    yield p
+    p.close()
+
+
+def _decode(pool: DecodePool, body: bytes, content_type: str):
+    return asyncio.run(pool.decode(DecodeRequest(body, content_type), time.monotonic() + 60))
+
+
+def test_pages_cross_as_files_that_are_gone_once_read(pool):
+    pages = [render([f"Page {n} of three"]).image for n in (1, 2, 3)]
+    photo = Image.new("RGB", (3000, 2000), "white")  # shrunk to max_image_side in the worker
+    photo.paste(render(["A photographed line"], size=120).image, (100, 100))
+    for body, ctype in ((multipage_tiff(pages), "image/tiff"), (encode(photo, "JPEG"), "image/jpeg")):
+        decoded = _decode(pool, body, ctype)
+        expected = load_pages(body, ctype, None, pool.limits)  # the same function, in this process
+        assert [p.number for p in decoded] == [p.number for p in expected]
+        for got, want in zip(decoded, expected, strict=True):
+            assert (got.width, got.height, got.image.size) == (want.width, want.height, want.image.size)
+            assert got.image.tobytes() == want.image.tobytes()  # pixel for pixel
+        assert os.listdir(pool._page_dir) == []  # each page's file removed once read
+    page_dir = pool._page_dir
+    pool.close()
+    assert not os.path.exists(page_dir)
+
+
+def test_page_files_nobody_reads_are_removed_by_the_next_decode(pool):
+    # What a worker leaves when its request has gone (client left, deadline) just as it wrote its pages:
+    # the function a worker runs, run here, writing into the pool's directory under a token not in flight.
+    body = multipage_tiff([render([f"Left page {n}"]).image for n in (1, 2)])
+    stray = decode_document(
+        DecodeRequest(body, "image/tiff"), pool.limits, 30, os.path.join(pool._page_dir, "gone")
+    )
+    assert sorted(os.listdir(pool._page_dir)) == ["gone-1", "gone-2"], [p.path for p in stray]
+    [page] = _decode(pool, encode(render(["Next"]).image, "PNG"), "image/png")
+    assert page.image.size[0] > 0
+    assert os.listdir(pool._page_dir) == []
+
+
+def test_a_dead_servers_page_directory_is_removed_when_a_pool_starts():
+    made = Path(_page_dir())
+    root = made.parent  # /dev/shm here, as on a host
+    made.rmdir()
+    dead_pid = subprocess.Popen(["true"])
+    dead_pid.wait()
+    dead = root / f"{PAGE_DIR_PREFIX}{dead_pid.pid}-test"
+    alive = root / f"{PAGE_DIR_PREFIX}{os.getpid()}-test"
+    for d in (dead, alive):
+        d.mkdir()
+        (d / "x-1").write_bytes(b"\0" * 12)
+    try:
+        p = DecodePool.from_settings(Settings(auth_disabled=True), workers=1)
+        p.close()
+        assert not dead.exists()  # a killed server's pages: nobody will read them
+        assert (alive / "x-1").exists()  # a running server's (this process): kept
+    finally:
+        shutil.rmtree(dead, ignore_errors=True)
+        shutil.rmtree(alive, ignore_errors=True)
