@@ -8,8 +8,9 @@ that can be stopped, and its memory is what a bound can hold.
 
 Workers come from a forkserver that has imported the decoders once, so a replacement costs a fork, not
 an interpreter start; the server process (engine threads, event loop) is never forked. A page comes back
-as a file of raw RGB pixels in a directory of the pool's on tmpfs (/dev/shm), mapped and copied once by
-the server: through pebble's pipe the same 5 MB page took 18 ms, as a file 4.8 (measured, 1540x1155).
+as a file of raw pixels (RGB, or BGR as OpenCV decoded them) in a directory of the pool's on tmpfs
+(/dev/shm), mapped and copied once by the server: through pebble's pipe the same 5 MB page took 18 ms,
+as a file 4.8 (measured, 1540x1155).
 """
 
 from __future__ import annotations
@@ -75,7 +76,8 @@ PAGE_DIR_PREFIX = "ocr-app-pages-"  # + the server's pid + "-": a dead server's 
 
 @dataclass(frozen=True)
 class _Page:
-    """A page as it crosses the process boundary: its pixels' file (raw RGB) and sizes."""
+    """A page as it crosses the process boundary: its pixels' file (raw RGB, or BGR as OpenCV left them)
+    and sizes."""
 
     number: int
     width: int
@@ -83,19 +85,26 @@ class _Page:
     size: tuple[int, int]
     path: str
     preview: str | None
+    rawmode: str  # the file's pixel layout: "RGB" or "BGR"
 
     def to_page_image(self) -> PageImage:
-        """In the server: the pixels mapped, copied into the image (Pillow unpacks RGB), the file removed."""
+        """In the server: the pixels mapped, copied into the image (Pillow unpacks RGB or BGR as it reads),
+        the file removed."""
         with open(self.path, "rb") as f, mmap.mmap(f.fileno(), 0, prot=mmap.PROT_READ) as pixels:
-            image = Image.frombuffer("RGB", self.size, pixels, "raw", "RGB", 0, 1)
+            image = Image.frombuffer("RGB", self.size, pixels, "raw", self.rawmode, 0, 1)
             image.load()
         os.unlink(self.path)
         return PageImage(self.number, image, self.width, self.height, self.preview)
 
 
-def _write_page(path: str, image: Image.Image) -> None:
+def _write_page(path: str, page: PageImage) -> str:
+    """The page's pixels into the file `path`, as they are; their layout ("RGB" or "BGR")."""
     with open(path, "xb") as f:
-        f.write(image.tobytes())
+        if page.bgr is not None:
+            f.write(page.bgr.data)  # the array's own bytes: no copy
+            return "BGR"
+        f.write(page.image.tobytes())
+        return "RGB"
 
 
 def _page_dir() -> str:
@@ -184,13 +193,13 @@ def decode_document(request: DecodeRequest, limits: Limits, cpu_s: int, pages_at
         if media_type == MULTIPART_TYPE:
             body, media_type = documents.extract_multipart_file(body, request.content_type)
         media_type = documents.classify(body, media_type)
-        pages = documents.load_pages(body, media_type, request.selection, limits, request.preview)
+        pages = documents.load_pages(body, media_type, request.selection, limits, request.preview, bgr=True)
         out = []
         for p in pages:
             path = f"{pages_at}-{p.number}"
-            _write_page(path, p.image)
-            out.append(_Page(p.number, p.width, p.height, p.image.size, path, p.preview))
-            p.image = None  # type: ignore[assignment]  # one copy of each page at a time: less peak memory
+            rawmode = _write_page(path, p)
+            out.append(_Page(p.number, p.width, p.height, p.size, path, p.preview, rawmode))
+            p.image = p.bgr = None  # type: ignore[assignment]  # one copy of each page at a time: less peak memory
         return out
     except MemoryError:
         _exit_out_of_memory()

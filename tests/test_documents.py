@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import io
+
+import numpy as np
 import pypdfium2 as pdfium
 import pytest
 from PIL import Image
@@ -14,6 +17,7 @@ from ocr_app.documents import (
     extract_multipart_file,
     load_pages,
     parse_page_selection,
+    shrink,
 )
 from ocr_app.results import ApiError
 
@@ -54,6 +58,28 @@ def test_jpeg_is_draft_decoded_and_downscaled_to_max_side():
     assert (page.width, page.height) == (4000, 3000)
     assert page.image.size == (1540, 1155)
     assert page.image.mode == "RGB"
+
+
+@pytest.mark.parametrize("mode", ["RGB", "L"])
+def test_jpeg_decoded_by_opencv_has_pillows_pixels(mode):
+    """The JPEG fast path (OpenCV's decode at the draft scale) against Pillow's decode of the same file and
+    the same resize: equal pixels; in a decode worker (bgr=True) the same pixels as OpenCV's array."""
+    photo = render(["Fast path 12"]).image.resize((3000, 2000)).convert(mode)
+    data = encode(photo, "JPEG")
+    [page] = load_pages(data, "image/jpeg", None, LIMITS)
+    pillow = Image.open(io.BytesIO(data))
+    pillow.draft("RGB", (1540, 1027))
+    expected = shrink(pillow.convert("RGB"), (1540, 1027))
+    assert page.image.size == expected.size == (1540, 1027)
+    assert np.array_equal(np.asarray(page.image), np.asarray(expected))
+    [worker] = load_pages(data, "image/jpeg", None, LIMITS, bgr=True)
+    assert worker.image is None and worker.size == (1540, 1027)
+    assert np.array_equal(worker.bgr[..., ::-1], np.asarray(expected))
+
+
+def test_jpeg_without_its_end_marker_is_refused_not_filled_in():
+    data = encode(render(["Cut short"]).image.resize((3000, 2000)), "JPEG")
+    assert code_of(load_pages, data[: len(data) * 2 // 3], "image/jpeg", None, LIMITS) == "invalid_image"
 
 
 def test_exif_rotation_swaps_reported_size():
