@@ -299,6 +299,7 @@
 
   cancelJob.addEventListener("click", async () => {
     if (!job) return;
+    const cancelling = job;
     cancelJob.disabled = true;
     let res, text;
     try {
@@ -318,7 +319,9 @@
       showApiError(res, parseJson(text), text);
       return;
     }
-    job.note = "cancelling…"; // the event stream ends with `done` once the service has stopped it
+    // The event stream ends with `done` once the service has stopped the job; that may come first.
+    if (job !== cancelling || cancelJob.hidden) return;
+    job.note = "cancelling…";
     showProgress();
   });
 
