@@ -639,7 +639,7 @@ def bench_decode(photo: bytes, settings: Settings, reps: int) -> dict:
             pool.decode(DecodeRequest(photo, "image/jpeg"), time.monotonic() + 60)
         )
         ours.append(pc() - t)
-        sizes.add(("ours", page.image.size))
+        sizes.add(("ours", page.size))
 
     def run_inproc() -> None:
         t = pc()

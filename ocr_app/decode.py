@@ -8,9 +8,9 @@ that can be stopped, and its memory is what a bound can hold.
 
 Workers come from a forkserver that has imported the decoders once, so a replacement costs a fork, not
 an interpreter start; the server process (engine threads, event loop) is never forked. A page comes back
-as a file of raw pixels (RGB, or BGR as OpenCV decoded them) in a directory of the pool's on tmpfs
-(/dev/shm), mapped and copied once by the server: through pebble's pipe the same 5 MB page took 18 ms,
-as a file 4.8 (measured, 1540x1155).
+as a file of raw BGR pixels (OpenCV's layout, what rapidocr reads) in a directory of the pool's on tmpfs
+(/dev/shm), mapped privately by the server and unlinked: the mapping is the page's array, with no copy
+(through pebble's pipe the same 5 MB page took 18 ms, as a file copied once 4.8; measured, 1540x1155).
 """
 
 from __future__ import annotations
@@ -77,8 +77,7 @@ PAGE_DIR_PREFIX = "ocr-app-pages-"  # + the server's pid + "-": a dead server's 
 
 @dataclass(frozen=True)
 class _Page:
-    """A page as it crosses the process boundary: its pixels' file (raw RGB, or BGR as OpenCV left them)
-    and sizes."""
+    """A page as it crosses the process boundary: its pixels' file (raw BGR, OpenCV's layout) and sizes."""
 
     number: int
     width: int
@@ -86,26 +85,29 @@ class _Page:
     size: tuple[int, int]
     path: str
     preview: str | None
-    rawmode: str  # the file's pixel layout: "RGB" or "BGR"
 
     def to_page_image(self) -> PageImage:
-        """In the server: the pixels mapped, copied into the image (Pillow unpacks RGB or BGR as it reads),
-        the file removed."""
-        with open(self.path, "rb") as f, mmap.mmap(f.fileno(), 0, prot=mmap.PROT_READ) as pixels:
-            image = Image.frombuffer("RGB", self.size, pixels, "raw", self.rawmode, 0, 1)
-            image.load()
+        """In the server: the file mapped as the page's array and removed (its memory lives as long as the
+        array). No copy: the mapping is private (an engine that writes to it writes its own pages) and
+        populated at once (no page faults later, in the engine)."""
+        with open(self.path, "rb") as f:
+            pixels = mmap.mmap(
+                f.fileno(),
+                0,
+                flags=mmap.MAP_PRIVATE | mmap.MAP_POPULATE,
+                prot=mmap.PROT_READ | mmap.PROT_WRITE,
+            )
         os.unlink(self.path)
-        return PageImage(self.number, image, self.width, self.height, self.preview)
+        width, height = self.size
+        bgr = np.frombuffer(pixels, np.uint8).reshape(height, width, 3)
+        return PageImage(self.number, None, self.width, self.height, self.preview, bgr)  # type: ignore[arg-type]
 
 
-def _write_page(path: str, page: PageImage) -> str:
-    """The page's pixels into the file `path`, as they are; their layout ("RGB" or "BGR")."""
+def _write_page(path: str, page: PageImage) -> None:
+    """The page's pixels into the file `path`, in OpenCV's layout (BGR): an array as it is, an image
+    packed so by Pillow as it writes."""
     with open(path, "xb") as f:
-        if page.bgr is not None:
-            f.write(page.bgr.data)  # the array's own bytes: no copy
-            return "BGR"
-        f.write(page.image.tobytes())
-        return "RGB"
+        f.write(page.image.tobytes("raw", "BGR") if page.bgr is None else page.bgr.data)
 
 
 def _page_dir() -> str:
@@ -200,8 +202,8 @@ def decode_document(request: DecodeRequest, limits: Limits, cpu_s: int, pages_at
         out = []
         for p in pages:
             path = f"{pages_at}-{p.number}"
-            rawmode = _write_page(path, p)
-            out.append(_Page(p.number, p.width, p.height, p.size, path, p.preview, rawmode))
+            _write_page(path, p)
+            out.append(_Page(p.number, p.width, p.height, p.size, path, p.preview))
             p.image = p.bgr = None  # type: ignore[assignment]  # one copy of each page at a time: less peak memory
         return out
     except MemoryError:

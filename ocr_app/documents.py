@@ -68,17 +68,27 @@ class Limits:
 @dataclass
 class PageImage:
     number: int  # 1-based page or frame number in the document
-    image: Image.Image  # RGB, longest side <= max_image_side; None where `bgr` holds the pixels
+    image: Image.Image  # RGB, longest side <= max_image_side; None while `bgr` holds the pixels
     width: int  # the page as sent (after EXIF orientation); PDF pages at pdf_dpi
     height: int
     preview: str | None = None  # a JPEG data URL of `image` (longest side <= PREVIEW_MAX_SIDE), if asked
-    # load_pages(..., bgr=True), in a decode worker: the pixels as OpenCV decoded them (H x W x 3, BGR),
-    # written to the page file as they are, where the decode made them so (the JPEG fast path).
+    # The pixels as OpenCV's array (H x W x 3, BGR) instead: in a decode worker where OpenCV decoded them
+    # (load_pages(..., bgr=True)), and in the server for every page of the decode pool (its page file,
+    # mapped). The rapidocr engine reads it as it is; rgb() makes the image where an engine wants one.
     bgr: np.ndarray | None = None
 
     @property
     def size(self) -> tuple[int, int]:
         return self.image.size if self.bgr is None else (self.bgr.shape[1], self.bgr.shape[0])
+
+    @property
+    def pixels(self) -> Image.Image | np.ndarray:
+        """The page as it is held: OpenCV's array (BGR) where there is one, else the RGB image."""
+        return self.image if self.bgr is None else self.bgr
+
+    def rgb(self) -> Image.Image:
+        """The page as an RGB image: where the array holds it, a new one (one copy) each time."""
+        return self.image if self.bgr is None else _from_bgr(self.bgr)
 
 
 def normalise_media_type(header: str | None) -> str:
@@ -210,10 +220,10 @@ def load_pages(
     else:
         pages = _raster_pages(data, selection, limits)
     for page in pages:
-        if page.bgr is not None and not bgr:
-            page.image, page.bgr = _from_bgr(page.bgr), None
+        if not bgr:
+            page.image, page.bgr = page.rgb(), None
         if preview:
-            page.preview = preview_data_url(page.image if page.bgr is None else _from_bgr(page.bgr))
+            page.preview = preview_data_url(page.rgb())
     return pages
 
 

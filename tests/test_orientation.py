@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 
+import numpy as np
 import pytest
 
 from ocr_app.engines.rapidocr import RapidOcrEngine, _unrotate
@@ -66,6 +67,17 @@ def turned(box, degrees: int):
     if degrees == 180:
         return (1 - x1, 1 - y1, 1 - x0, 1 - y0)
     return (1 - y1, x0, 1 - y0, x1)  # 270: the left edge went to the top
+
+
+@pytest.mark.parametrize("degrees", [0, 90])
+def test_a_page_as_opencvs_array_reads_as_its_image(engine, doc, degrees):
+    # What the decode pool hands the engine: the pixels as a BGR array (the page file, mapped), which
+    # RapidOCR takes as it is. The same lines, boxes and rotation as from the RGB image.
+    image = doc.image.rotate(degrees, expand=True)
+    from_image = engine._run(image)
+    from_array = engine._run(np.ascontiguousarray(np.asarray(image)[:, :, ::-1]))
+    assert from_array.rotation == from_image.rotation == degrees
+    assert [(ln.text, ln.bbox) for ln in from_array.lines] == [(ln.text, ln.bbox) for ln in from_image.lines]
 
 
 def test_unrotate_is_the_inverse_of_the_turn():

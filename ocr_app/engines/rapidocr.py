@@ -30,6 +30,7 @@ from importlib.metadata import version
 from pathlib import Path
 
 import numpy as np
+from PIL import Image
 
 from ..documents import PageImage
 from ..layout import page_layout
@@ -208,8 +209,10 @@ class RapidOcrEngine(Engine):
         return inst
 
     def _run(self, image, idle: queue.SimpleQueue | None = None) -> EnginePage:
-        """One page on an instance from `idle` (the interactive ones by default), on the calling thread."""
+        """One page (an RGB image, or OpenCV's BGR array, RapidOCR's own input: no conversion) on an
+        instance from `idle` (the interactive ones by default), on the calling thread."""
         idle = self._idle if idle is None else idle
+        size = image.size if isinstance(image, Image.Image) else (image.shape[1], image.shape[0])
         inst = idle.get()
         try:
             out, rotation = _oriented(inst, image) if self.orientation else (inst(image), 0)
@@ -219,7 +222,7 @@ class RapidOcrEngine(Engine):
         if rotation:
             with self._count_lock:
                 self.rotations[rotation] += 1
-            width, height = (image.height, image.width) if rotation in (90, 270) else image.size
+            width, height = size[::-1] if rotation in (90, 270) else size
             page = _to_page(out, width, height)
             for item in (*page.lines, *page.blocks):
                 item.bbox = _unrotate(item.bbox, rotation)
@@ -227,7 +230,7 @@ class RapidOcrEngine(Engine):
             return page
         with self._count_lock:
             self.rotations[0] += 1
-        return _to_page(out, image.width, image.height)
+        return _to_page(out, *size)
 
     async def recognize(
         self, pages: list[PageImage], max_tokens: int | None = None, background: bool = False
@@ -241,7 +244,7 @@ class RapidOcrEngine(Engine):
         # gate hands a free worker to an interactive page before a job page (a FIFO pool would not).
         for page in pages:
             await gate.acquire(background)
-            done = pool.submit(self._run, page.image, idle)
+            done = pool.submit(self._run, page.pixels, idle)
             # Released when the worker is free again: a cancelled request's page still runs to its end.
             done.add_done_callback(lambda _, gate=gate: _call_soon(loop, gate.release))
             results.append(await asyncio.wrap_future(done))

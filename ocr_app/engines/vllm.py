@@ -410,7 +410,7 @@ class VllmEngine(Engine):
             for temperature in (s.vllm_temperature, *s.vllm_retry_temperatures):
                 if attempts:
                     self.retries += 1
-                attempt = await self._generate(page.image, temperature, max_tokens, priority)
+                attempt = await self._generate(page.rgb(), temperature, max_tokens, priority)
                 self._judge(attempt)
                 attempts.append(attempt)
                 if attempt.problem is None:
