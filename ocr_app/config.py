@@ -180,6 +180,11 @@ class Settings(BaseSettings):
     # vllm_max_tokens and is retried takes tens of seconds; a rapidocr page, seconds.
     health_engine_stall_s: float = Field(120.0, gt=0)
 
+    @property
+    def job_pages_idle(self) -> bool:
+        """Job pages run at SCHED_IDLE, on workers of their own (decode, and rapidocr's instances)."""
+        return bool(self.database_url) and self.job_idle_priority
+
     def for_engine(self, engine: str) -> Settings:
         """These settings with the defaults that depend on the engine (once resolved) filled in."""
         n = self.max_concurrency or (

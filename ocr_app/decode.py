@@ -43,6 +43,7 @@ from . import documents
 from .config import Settings
 from .documents import MULTIPART_TYPE, Limits, PageImage, normalise_media_type
 from .results import ApiError, invalid_image, not_ready, too_large
+from .sched import to_idle_priority
 
 log = logging.getLogger("ocr_app.decode")
 MiB = 1024 * 1024
@@ -144,6 +145,10 @@ def _init_worker(memory_mb: int, idle: bool = False) -> None:
     with suppress(OSError), open("/proc/self/oom_score_adj", "w") as f:
         f.write("1000")
     _keep_freed_memory()
+    # Bulk-job pages: only CPU time no interactive request's decode or page wants. Before OpenCV starts
+    # its threads below, which inherit the policy (after it, its resize thread stayed at normal priority).
+    if idle and (why := to_idle_priority()):
+        log.warning("job decode worker runs at normal CPU priority: %s", why)
     # OpenCV's resize on two threads: 2.1 ms where one takes 3.8-5.2 (measured), while a worker is alone
     # on the host; its threads start here, so their stacks and malloc arenas count as the libraries below.
     cv2.setNumThreads(2)
@@ -152,11 +157,6 @@ def _init_worker(memory_mb: int, idle: bool = False) -> None:
     # numpy's alone are ~400 MB of address space, and more on hosts with more cores) are not its cost.
     limit = _address_space() + memory_mb * MiB
     resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
-    if idle:  # bulk-job pages: only CPU time no interactive request's decode or page wants
-        try:
-            os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
-        except (OSError, AttributeError) as err:  # refused by a seccomp filter, or not Linux: still works
-            log.warning("job decode worker runs at normal CPU priority: %s", err)
 
 
 def _keep_freed_memory() -> None:

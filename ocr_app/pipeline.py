@@ -65,7 +65,7 @@ class Pipeline:
         # nor taking the CPU from engine threads at SCHED_IDLE on equal terms (those wait for each other).
         self.job_decode_pool = (
             DecodePool.from_settings(settings, on_killed, max(1, settings.preprocess_workers // 2), idle=True)
-            if settings.database_url and settings.job_idle_priority
+            if settings.job_pages_idle
             else None
         )
         self.health = HealthMonitor(settings, metrics, self.decode_pool, engine)

@@ -48,7 +48,7 @@ def _rapidocr(settings: Settings, model_dir: Path | None = None, job_pages: bool
 
     job_workers = settings.rapidocr_job_workers
     if job_workers is None:
-        job_workers = settings.rapidocr_workers if settings.database_url and settings.job_idle_priority else 0
+        job_workers = settings.rapidocr_workers if settings.job_pages_idle else 0
     return RapidOcrEngine(
         job_workers=job_workers if job_pages else 0,
         job_idle=settings.job_idle_priority,

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import queue
 import shutil
 from concurrent.futures import ThreadPoolExecutor
@@ -34,6 +33,7 @@ from PIL import Image
 
 from ..documents import PageImage
 from ..layout import page_layout
+from ..sched import to_idle_priority
 from .base import Engine, EngineBlock, EngineError, EngineLine, EnginePage, PriorityGate, model_label
 
 log = logging.getLogger("ocr_app.engines.rapidocr")
@@ -102,11 +102,8 @@ class RapidOcrEngine(Engine):
             Path("/proc/thread-self/comm").write_text(JOB_THREAD_NAME)
         if not self._job_idle_priority:
             return
-        try:
-            os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))  # 0: this thread, on Linux
-            self.job_priority = self.job_priority or "idle"
-        except (OSError, AttributeError) as err:  # a seccomp filter refusing it, or not Linux
-            self.job_priority = f"normal ({type(err).__name__}: {err})"
+        why = to_idle_priority()
+        self.job_priority = f"normal ({why})" if why else self.job_priority or "idle"
 
     def _new_instance(self):
         try:
