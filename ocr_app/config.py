@@ -48,12 +48,12 @@ class Settings(BaseSettings):
     # more instances than that only make their threads fight over the cores.
     rapidocr_threads: int = Field(default_factory=lambda: min(2, os.cpu_count() or 1), ge=1, le=64)
     rapidocr_workers: int = Field(default_factory=lambda: max(1, (os.cpu_count() or 1) // 2), ge=1, le=64)
-    # Engine instances of their own for bulk-job pages, whose threads run at SCHED_IDLE: the kernel gives them
-    # only CPU time no interactive page wants, so a request that arrives while a job page runs is not slowed
-    # by it (a CPU page cannot be stopped, only out-prioritised). Each costs an instance's memory (~250 MB).
-    # 0: job pages take turns on the interactive workers (an interactive page then waits for the job page
-    # running). None: rapidocr_workers where a job database is configured and job_idle_priority is on (job
-    # pages alone fill the CPU), else 0.
+    # Engine instances of their own for bulk-job pages, whose threads run at nice 19: the kernel gives them
+    # next to no CPU time an interactive page wants, so a request that arrives while a job page runs is not
+    # slowed by it (a CPU page cannot be stopped, only out-prioritised). Each costs an instance's memory
+    # (~250 MB). 0: job pages take turns on the interactive workers (an interactive page then waits for the
+    # job page running). None: rapidocr_workers where a job database is configured and job_idle_priority is
+    # on (job pages alone fill the CPU), else 0.
     rapidocr_job_workers: int | None = Field(None, ge=0, le=64)
     # RapidOCR's default ("min", 736) upscales a 1400x200 strip to 5000x736 before detection:
     # 25x slower at equal accuracy on our documents. "max" detects pages at their own size.
@@ -122,7 +122,7 @@ class Settings(BaseSettings):
     # is the rule): a job page starts only while at most job_max_interactive interactive requests are in
     # flight or waiting, an interactive request counting for job_yield_s after it ends (a client's next
     # request usually follows at once). None: the engine's (Settings.for_engine): on rapidocr 0, as a job page
-    # (SCHED_IDLE) started beside busy interactive ones would crawl, its range held; on vllm half the batch,
+    # (nice 19) started beside busy interactive ones would crawl, its range held; on vllm half the batch,
     # which has room beside them.
     job_max_interactive: int | None = Field(None, ge=0, le=4096)
     job_yield_s: float = Field(0.25, ge=0, le=60)
@@ -130,12 +130,13 @@ class Settings(BaseSettings):
     # engine's, as max_concurrency's, so that job pages alone fill the batch (the CPU engine's pipeline).
     job_max_inflight: int | None = Field(None, ge=1, le=4096)
     # The longest a job page may take, decode and engine: both run behind interactive work (decode workers
-    # of their own and, on rapidocr, engine threads at SCHED_IDLE; vLLM's queue), so on a busy instance a
+    # of their own and, on rapidocr, engine threads at nice 19; vLLM's queue), so on a busy instance a
     # job page may take longer than a request's deadline and still be read. Past it: a page error `timeout`.
     job_page_timeout_s: float = Field(120.0, gt=0)
-    # Job pages at SCHED_IDLE: decoded in workers of their own (preprocess_workers / 2) and, on rapidocr, read
-    # on rapidocr_job_workers instances. False: they decode in the shared pool and take turns on the workers
-    # at normal priority (for hosts that share one kernel's CPUs, where idle means idle across all of them).
+    # Job pages at nice 19 (ocr_app/sched.py): decoded in workers of their own (preprocess_workers / 2) and,
+    # on rapidocr, read on rapidocr_job_workers instances. False: they decode in the shared pool and take
+    # turns on the workers at normal priority (for hosts that share one kernel's CPUs, where the lowest
+    # priority is the lowest across all of them).
     job_idle_priority: bool = True
     # Webhooks (ocr_app/jobs/webhooks.py): a job's webhook_url must lie under one of these URL prefixes
     # (same scheme, host and port; the path at or below the prefix's). Empty: webhooks refused. An
@@ -182,7 +183,7 @@ class Settings(BaseSettings):
 
     @property
     def job_pages_idle(self) -> bool:
-        """Job pages run at SCHED_IDLE, on workers of their own (decode, and rapidocr's instances)."""
+        """Job pages run at nice 19, on workers of their own (decode, and rapidocr's instances)."""
         return bool(self.database_url) and self.job_idle_priority
 
     def for_engine(self, engine: str) -> Settings:

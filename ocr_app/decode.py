@@ -43,7 +43,7 @@ from . import documents
 from .config import Settings
 from .documents import MULTIPART_TYPE, Limits, PageImage, normalise_media_type
 from .results import ApiError, invalid_image, not_ready, too_large
-from .sched import to_idle_priority
+from .sched import to_job_priority
 
 log = logging.getLogger("ocr_app.decode")
 MiB = 1024 * 1024
@@ -146,8 +146,8 @@ def _init_worker(memory_mb: int, idle: bool = False) -> None:
         f.write("1000")
     _keep_freed_memory()
     # Bulk-job pages: only CPU time no interactive request's decode or page wants. Before OpenCV starts
-    # its threads below, which inherit the policy (after it, its resize thread stayed at normal priority).
-    if idle and (why := to_idle_priority()):
+    # its threads below, which inherit the priority (after it, its resize thread stayed at normal priority).
+    if idle and (why := to_job_priority()):
         log.warning("job decode worker runs at normal CPU priority: %s", why)
     # OpenCV's resize on two threads: 2.1 ms where one takes 3.8-5.2 (measured), while a worker is alone
     # on the host; its threads start here, so their stacks and malloc arenas count as the libraries below.
@@ -260,7 +260,7 @@ class DecodePool:
         idle: bool = False,
     ):
         self.workers = workers
-        self.idle = idle  # workers at SCHED_IDLE (the bulk-job pages' pool)
+        self.idle = idle  # workers at nice 19 (the bulk-job pages' pool)
         self.bounds = bounds
         self.limits = limits
         # Told the reason each time a worker is stopped (and replaced): shows that abandoned work stops.

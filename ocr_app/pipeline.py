@@ -61,8 +61,8 @@ class Pipeline:
         )
         on_killed = lambda reason: metrics.decode_killed.labels(reason).inc()  # noqa: E731
         self.decode_pool = DecodePool.from_settings(settings, on_killed)
-        # Bulk-job pages decode in workers of their own at SCHED_IDLE: never ahead of a request's decode,
-        # nor taking the CPU from engine threads at SCHED_IDLE on equal terms (those wait for each other).
+        # Bulk-job pages decode in workers of their own at nice 19: never ahead of a request's decode,
+        # nor taking the CPU from engine threads at nice 19 on equal terms (those wait for each other).
         self.job_decode_pool = (
             DecodePool.from_settings(settings, on_killed, max(1, settings.preprocess_workers // 2), idle=True)
             if settings.job_pages_idle

@@ -1,6 +1,6 @@
 """Bulk-job pages run behind interactive work: on the rapidocr engine on instances and threads of their own,
-at SCHED_IDLE, so that an interactive page neither waits for a job page nor shares the CPU with it on equal
-terms; on every engine their decode in worker processes of their own, at SCHED_IDLE too."""
+at nice 19, so that an interactive page neither waits for a job page nor shares the CPU with it on equal
+terms; on every engine their decode in worker processes of their own, at nice 19 too."""
 
 from __future__ import annotations
 
@@ -20,16 +20,16 @@ from ocr_app.metrics import Metrics
 from ocr_app.pipeline import Pipeline
 
 
-def threads() -> list[tuple[str, int]]:
-    """(name, scheduling policy) of each of this process's threads, from /proc (stat's field 41)."""
+def threads() -> list[tuple[str, int, int]]:
+    """(name, scheduling policy, nice) of each of this process's threads (/proc: stat's fields 41, 19)."""
     out = []
     for task in Path("/proc/self/task").iterdir():
         try:
             name = (task / "comm").read_text().strip()
-            policy = int((task / "stat").read_text().rsplit(")", 1)[1].split()[41 - 3])
+            fields = (task / "stat").read_text().rsplit(")", 1)[1].split()  # fields from the 3rd on
         except FileNotFoundError:  # a thread that ended meanwhile
             continue
-        out.append((name, policy))
+        out.append((name, int(fields[41 - 3]), int(fields[19 - 3])))
     return out
 
 
@@ -45,14 +45,16 @@ def engine():
     asyncio.run(eng.close())
 
 
-def test_job_threads_run_at_idle_priority_and_interactive_ones_do_not(engine):
-    assert engine.job_priority == "idle"
+def test_job_threads_run_at_nice_19_and_interactive_ones_do_not(engine):
+    assert engine.job_priority == "nice 19"
     names = threads()
-    job = [policy for name, policy in names if name == JOB_THREAD_NAME]
+    job = [(policy, nice) for name, policy, nice in names if name == JOB_THREAD_NAME]
     # The pool's thread and those ONNX Runtime started for the job instance's sessions, which inherit it.
     assert len(job) >= 2, names
-    assert set(job) == {os.SCHED_IDLE}, names
-    assert {policy for name, policy in names if name != JOB_THREAD_NAME} == {os.SCHED_OTHER}, names
+    assert set(job) == {(os.SCHED_OTHER, 19)}, names
+    assert {(policy, nice) for name, policy, nice in names if name != JOB_THREAD_NAME} == {
+        (os.SCHED_OTHER, 0)
+    }, names
 
 
 def test_an_interactive_page_does_not_wait_for_a_running_job_page(engine):
@@ -86,12 +88,12 @@ def test_an_interactive_page_does_not_wait_for_a_running_job_page(engine):
 
 
 def test_a_refused_priority_change_is_said_and_job_pages_still_run(monkeypatch, caplog):
-    """An older unit's seccomp filter refuses sched_setscheduler (EPERM): job pages run at normal priority."""
+    """An older unit's seccomp filter refuses setpriority (EPERM): job pages run at normal priority."""
 
     def refuse(*_):
         raise PermissionError(1, "Operation not permitted")
 
-    monkeypatch.setattr(os, "sched_setscheduler", refuse)
+    monkeypatch.setattr(os, "setpriority", refuse)
     eng = RapidOcrEngine(workers=1, threads=1, job_workers=1, orientation=False)
     with caplog.at_level(logging.WARNING, logger="ocr_app.engines.rapidocr"):
         asyncio.run(eng.load())
@@ -104,10 +106,10 @@ def test_a_refused_priority_change_is_said_and_job_pages_still_run(monkeypatch, 
         asyncio.run(eng.close())
 
 
-def test_job_pages_decode_in_workers_of_their_own_at_idle_priority():
+def test_job_pages_decode_in_workers_of_their_own_at_nice_19():
     """The pipeline of an instance with a job database: a decode pool for job pages, each of its workers'
-    threads at SCHED_IDLE (asked in the worker before OpenCV starts its resize thread, which inherits it),
-    beside the interactive pool's at SCHED_OTHER."""
+    threads at nice 19 (asked in the worker before OpenCV starts its resize thread, which inherits it),
+    beside the interactive pool's at 0."""
     settings = Settings(
         engine="rapidocr", auth_disabled=True, database_url="postgresql://ocr@db/ocr", preprocess_workers=4
     )
@@ -119,9 +121,9 @@ def test_job_pages_decode_in_workers_of_their_own_at_idle_priority():
             pool.start()
             policies[name] = pool._running_pool().schedule(threads).result(60)
         assert all(len(names) >= 2 for names in policies.values()), policies  # Python's and OpenCV's
-        assert {name: {policy for _, policy in names} for name, names in policies.items()} == {
-            "interactive": {os.SCHED_OTHER},
-            "jobs": {os.SCHED_IDLE},
+        assert {name: {(policy, nice) for _, policy, nice in names} for name, names in policies.items()} == {
+            "interactive": {(os.SCHED_OTHER, 0)},
+            "jobs": {(os.SCHED_OTHER, 19)},
         }, policies
         assert (pipeline.decode_pool.workers, pipeline.job_decode_pool.workers) == (4, 2)
     finally:

@@ -14,7 +14,7 @@ much as the page's own text detection).
 A fixed pool of engine instances, each used by one worker thread at a time, bounds CPU and memory
 whatever the request concurrency. ONNX Runtime releases the GIL, so the event loop stays free. Bulk-job
 pages run on instances of their own (`job_workers`) whose threads, ONNX Runtime's included, are at
-SCHED_IDLE: an interactive page never waits for a job page, and takes the CPU from it while both run.
+nice 19: an interactive page never waits for a job page, and takes the CPU from it while both run.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from PIL import Image
 
 from ..documents import PageImage
 from ..layout import page_layout
-from ..sched import to_idle_priority
+from ..sched import JOB_NICE, to_job_priority
 from .base import Engine, EngineBlock, EngineError, EngineLine, EnginePage, PriorityGate, model_label
 
 log = logging.getLogger("ocr_app.engines.rapidocr")
@@ -84,7 +84,7 @@ class RapidOcrEngine(Engine):
         self._idle: queue.SimpleQueue = queue.SimpleQueue()
         self._gate = PriorityGate(workers)  # a page holds it while in the pool: the pool never queues
         # Job pages: instances and threads of their own, or (job_workers 0) the gate's turn after interactive.
-        # "idle", or why the job threads are not at SCHED_IDLE.
+        # "nice 19", or why the job threads are not at it.
         self.job_priority: str | None = None if job_idle else "normal (job_idle_priority is off)"
         self._job_idle_priority = job_idle
         self._job_pool = self._job_idle = self._job_gate = None
@@ -96,14 +96,14 @@ class RapidOcrEngine(Engine):
             self._job_gate = PriorityGate(job_workers)
 
     def _job_thread(self) -> None:
-        """Each job thread, first: named (`top -H`, `ps -L` show it) and moved to SCHED_IDLE. The instance is
+        """Each job thread, first: named (`top -H`, `ps -L` show it) and moved to nice 19. The instance is
         created and loaded on these threads, so the threads ONNX Runtime starts for it inherit both."""
         with suppress(OSError):
             Path("/proc/thread-self/comm").write_text(JOB_THREAD_NAME)
         if not self._job_idle_priority:
             return
-        why = to_idle_priority()
-        self.job_priority = f"normal ({why})" if why else self.job_priority or "idle"
+        why = to_job_priority()
+        self.job_priority = f"normal ({why})" if why else self.job_priority or f"nice {JOB_NICE}"
 
     def _new_instance(self):
         try:
@@ -176,7 +176,7 @@ class RapidOcrEngine(Engine):
         for pool, idle, n in pools:
             for _ in range(n):
                 idle.put(await self._load_instance(pool))
-        if self.job_workers and self._job_idle_priority and self.job_priority != "idle":
+        if self.job_workers and self._job_idle_priority and self.job_priority != f"nice {JOB_NICE}":
             log.warning("job pages run at normal CPU priority: %s", self.job_priority)
         log.info(
             "rapidocr engine loaded",
