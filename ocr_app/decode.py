@@ -145,7 +145,7 @@ def _init_worker(memory_mb: int, idle: bool = False) -> None:
     with suppress(OSError), open("/proc/self/oom_score_adj", "w") as f:
         f.write("1000")
     _keep_freed_memory()
-    # Bulk-job pages: only CPU time no interactive request's decode or page wants. Before OpenCV starts
+    # Bulk-job pages: next to no CPU time an interactive request's decode or page wants. Before OpenCV starts
     # its threads below, which inherit the priority (after it, its resize thread stayed at normal priority).
     if idle and (why := to_job_priority()):
         log.warning("job decode worker runs at normal CPU priority: %s", why)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 
 JOB_NICE = 19  # the lowest priority an unprivileged thread can give itself (RLIMIT_NICE 0 allows only lower)
+JOB_PRIORITY = f"nice {JOB_NICE}"  # how the app names it where it says what priority job work got
 
 
 def to_job_priority() -> str | None:

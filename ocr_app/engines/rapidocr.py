@@ -33,7 +33,7 @@ from PIL import Image
 
 from ..documents import PageImage
 from ..layout import page_layout
-from ..sched import JOB_NICE, to_job_priority
+from ..sched import JOB_PRIORITY, to_job_priority
 from .base import Engine, EngineBlock, EngineError, EngineLine, EnginePage, PriorityGate, model_label
 
 log = logging.getLogger("ocr_app.engines.rapidocr")
@@ -84,7 +84,7 @@ class RapidOcrEngine(Engine):
         self._idle: queue.SimpleQueue = queue.SimpleQueue()
         self._gate = PriorityGate(workers)  # a page holds it while in the pool: the pool never queues
         # Job pages: instances and threads of their own, or (job_workers 0) the gate's turn after interactive.
-        # "nice 19", or why the job threads are not at it.
+        # JOB_PRIORITY, or why the job threads are not at it.
         self.job_priority: str | None = None if job_idle else "normal (job_idle_priority is off)"
         self._job_idle_priority = job_idle
         self._job_pool = self._job_idle = self._job_gate = None
@@ -103,7 +103,7 @@ class RapidOcrEngine(Engine):
         if not self._job_idle_priority:
             return
         why = to_job_priority()
-        self.job_priority = f"normal ({why})" if why else self.job_priority or f"nice {JOB_NICE}"
+        self.job_priority = f"normal ({why})" if why else self.job_priority or JOB_PRIORITY
 
     def _new_instance(self):
         try:
@@ -176,7 +176,7 @@ class RapidOcrEngine(Engine):
         for pool, idle, n in pools:
             for _ in range(n):
                 idle.put(await self._load_instance(pool))
-        if self.job_workers and self._job_idle_priority and self.job_priority != f"nice {JOB_NICE}":
+        if self.job_workers and self._job_idle_priority and self.job_priority != JOB_PRIORITY:
             log.warning("job pages run at normal CPU priority: %s", self.job_priority)
         log.info(
             "rapidocr engine loaded",
