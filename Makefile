@@ -84,7 +84,7 @@ test: system-deps lab-deps venv wheelhouse  ## everything, from nothing: lint, a
 	echo "=== [make test] stages:"; printf '    %s\n' "$${times[@]}"; \
 	echo "=== [make test] total: $$(( $$(date +%s) - total )) s (setup before the stages not counted)"
 
-test-fleet: lab-deps venv wheelhouse  ## make demo's fleet (2+1+1+1 lab hosts): site.yml from outside, an alert, crashes and rolling upgrades under load (root)
+test-fleet: lab-deps venv wheelhouse  ## make demo's fleet with 3 app hosts (3+1+1+1 lab hosts): site.yml from outside, an alert, crashes and rolling upgrades under load (root)
 	$(BIN)/pytest -s -m lab tests/fleet
 
 bench: system-deps venv  ## throughput and latency ratios, measured side by side

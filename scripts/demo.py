@@ -4,7 +4,7 @@ hosts (systemd-nspawn) converged with site.yml and the CPU engine — then an OC
     scripts/demo.py up [--apps N]     build what is missing, boot, converge, OCR a sample (root)
     scripts/demo.py down              tear the demo's hosts down (`make demo-down`)
 
-make test-fleet brings its fleet up with this script too (`--lab fleet`, the default 2 app hosts).
+make test-fleet brings its fleet up with this script too (`--lab fleet --apps 3`).
 
 The fleet's CA and API key stay in .demo/fleet/ so that you can keep using it.
 """

@@ -1,4 +1,4 @@
-"""The fleet the scenarios of `make test-fleet` share: 2 app hosts, HAProxy, monitoring and a database host,
+"""The fleet the scenarios of `make test-fleet` share: 3 app hosts, HAProxy, monitoring and a database host,
 brought up once by `make demo`'s own script, as `make demo` brings it up (so the demo is tested too), torn
 down at the end of the session.
 
@@ -22,7 +22,9 @@ from lab import fleet as F
 
 ROOT = Path(__file__).resolve().parents[2]
 LAB = os.environ.get("OCRFLEET_FLEET_LAB", "fleet")
-APPS = 2  # make demo's default
+# One more than make demo's default: on 2 hosts the load's 2 clients keep app-1's one instance busy
+# throughout, so it takes no job page beside them; on 3, leastconn leaves a different host quiet each moment.
+APPS = 3
 MULTI = "app-2"  # runs ocr-app@0..3 (inventory/lab/host_vars/app-2.yml)
 MULTI_INSTANCES = 4
 ACCESS_LOG = "/var/log/nginx/access.log"  # nginx_tls: its log format ends with what LINE reads

@@ -18,10 +18,17 @@ DB_HOST = "db-1"
 DATABASE = "ocr"  # the postgresql role's postgresql_database
 
 
-def document(pages: int) -> bytes:
-    """A PDF of `pages` small pages, page i reading `JOB PAGE i / pages` (a few tenths of a second of OCR)."""
+# Lines that make a page cost more OCR without a digit to misread: letters OCR does not take for digits.
+FILLER = ["we never hurry anywhere", "a wren can carry a new fern", "every crew may wave ahead"]
+
+
+def document(pages: int, filler: int = 0) -> bytes:
+    """A PDF of `pages` small pages, page i reading `JOB PAGE i / pages` (a few tenths of a second of OCR),
+    then `filler` lines without digits (each about as much OCR again)."""
+    lines = [FILLER[k % len(FILLER)] for k in range(filler)]
     images = [
-        render([f"JOB PAGE {i} / {pages}"], size=36, width=620, margin=30).image for i in range(1, pages + 1)
+        render([f"JOB PAGE {i} / {pages}", *lines], size=36, width=620, margin=30).image
+        for i in range(1, pages + 1)
     ]
     return pdf(images, dpi=200)
 
@@ -33,11 +40,15 @@ class FleetJob:
     pages: int
 
     @classmethod
-    def submit(cls, fleet: F.Fleet, pages: int, key: str) -> FleetJob:
+    def submit(cls, fleet: F.Fleet, pages: int, key: str, filler: int = 0) -> FleetJob:
+        return cls.send(fleet, document(pages, filler), pages, key)
+
+    @classmethod
+    def send(cls, fleet: F.Fleet, body: bytes, pages: int, key: str) -> FleetJob:
         with fleet.client() as c:
             r = c.post(
                 "/v1/jobs",
-                content=document(pages),
+                content=body,
                 headers={"Content-Type": "application/pdf", "Idempotency-Key": key},
             )
         assert r.status_code == 202, r.text
@@ -103,6 +114,21 @@ class FleetJob:
             "SELECT split_part(worker, ':', 1), count(*) FROM ocr_job_pages WHERE job_id = :'job' GROUP BY 1"
         )
         return {host: int(n) for host, n in rows}
+
+    def written(self) -> list[tuple[str, float]]:
+        """(app host, Unix time) of each page written, in time order (the lab's hosts share one clock)."""
+        rows = self.sql(
+            "SELECT split_part(worker, ':', 1), extract(epoch FROM finished_at) FROM ocr_job_pages "
+            "WHERE job_id = :'job' ORDER BY 2"
+        )
+        return [(host, float(t)) for host, t in rows]
+
+    def windows(self, since: float) -> dict[str, str]:
+        """When each app host wrote its pages, first to last, in seconds after `since` (Unix time)."""
+        at: dict[str, list[float]] = {}
+        for host, t in self.written():
+            at.setdefault(host, []).append(t - since)
+        return {h: f"{min(ts):.0f}-{max(ts):.0f} s" for h, ts in sorted(at.items())}
 
     def reclaimed_ranges(self) -> int:
         """Page ranges claimed more than once (a lease that expired or was let go)."""

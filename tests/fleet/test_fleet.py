@@ -1,20 +1,19 @@
 """The fleet scenario (`make test-fleet`): rolling upgrades through a load balancer under load, in the lab.
 
-2 app hosts + 1 HAProxy host converge site.yml (the CPU engine's models as an ocr_model revision). A load
+3 app hosts + 1 HAProxy host converge site.yml (the CPU engine's models as an ocr_model revision). A load
 generator sends OCR requests with real documents to the load balancer while playbooks/upgrade.yml rolls a new
 app version and a new model revision through the fleet (app-1 first, as a canary: a quarter then half of the
-requests while app-2 replays every request it answers to it and compares the texts; promoted; a 300-page bulk
-job submitted before it is worked through it and must come back whole: `job_pages_lost=0
-job_pages_duplicated=0 pages=300`, each host's share printed), then a newer
-release with a deliberately broken model
-revision (its files match their manifest, it passes its self-test and reads the golden document, but its
-dictionary reads capitals the golden document lacks as others, so the evaluation gate, an evaluation set read
-before and after the first host's switch, finds it worse): the first host must be rolled back to the good
-release and model, the play must stop, the fleet must keep serving the good version, and no request may fail
-in either rollout.
+requests while the other hosts replay every request they answer to it and compare the texts; promoted; a
+300-page bulk job submitted once the release is staged is read through app-1's drain and restart, by every
+host, and must come back whole: `job_pages_lost=0 job_pages_duplicated=0 pages=300`, each host's share
+printed), then a newer release with a deliberately broken model revision (its files match their manifest, it
+passes its self-test and reads the golden document, but its dictionary reads capitals the golden document
+lacks as others, so the evaluation gate, an evaluation set read before and after the first host's switch,
+finds it worse): the first host must be rolled back to the good release and model, the play must stop, the
+fleet must keep serving the good version, and no request may fail in either rollout.
 Then the newer release with a revision that misreads capitals only the load's documents have: it passes the
-smoke test and the default evaluation (the golden document), and the canary's comparison with app-2's answers
-rolls it back, with no failed request (each prints `canary_compared_requests=N canary_text_diff=X%
+smoke test and the default evaluation (the golden document), and the canary's comparison with the other hosts'
+answers rolls it back, with no failed request (each prints `canary_compared_requests=N canary_text_diff=X%
 canary_verdict=promote|rollback`).
 Then a fourth rollout (the newer release, already staged by the broken one, with the good model) has its
 control node die (ansible-playbook and its workers killed) while app-1 is drained: app-1 stays out of the
@@ -35,6 +34,7 @@ import signal
 import string
 import threading
 import time
+from datetime import datetime
 from pathlib import Path
 
 import pytest
@@ -43,7 +43,7 @@ from lab import fleet as F
 from lab import lab as L
 from tests.docs import encode, render
 from tests.fleet.conftest import MULTI, MULTI_INSTANCES, ROOT, current_release, lb_servers, say, task_order
-from tests.fleet.jobs import FleetJob
+from tests.fleet.jobs import FleetJob, document
 from tests.fleet.load import Load
 from tests.fleet.releases import derive_wheelhouse
 from tests.models import misreading_revision
@@ -51,7 +51,11 @@ from tests.models import misreading_revision
 pytestmark = [pytest.mark.lab, pytest.mark.timeout(3600)]
 
 MIN_REQUESTS = 500
-JOB_PAGES = 300  # a bulk job worked through the good upgrade (tests/fleet/jobs.py)
+# A bulk job worked through the good upgrade (tests/fleet/jobs.py): submitted once the release is staged, its
+# pages heavy enough (filler lines) that it is still being read when the canary host is back in.
+JOB_PAGES = 300
+JOB_FILLER = 8  # 9 lines a page, about 0.4 CPU-s of OCR: the job outlasts app-1's drain
+DRAIN_TASKS = ("Write the drain file", "Remove the drain file")  # the ocr_app role's drain and undrain
 DRAIN_FILE = "/run/ocr-app/drain"
 MODEL_ROOT = "/var/lib/ocr-app/models"  # ocr_model_root's default
 MODEL = F.lab_model()[0]
@@ -83,8 +87,12 @@ SHADOW_FILE = "/run/ocr-app/shadow.json"  # ocr_app_shadow_file's default
 CANARY_TEXTFILE = "/var/lib/prometheus/node-exporter/ocr_canary.prom"
 
 
+def exists(fleet: F.Fleet, host: str, path: str) -> bool:
+    return fleet.lab.exec(host, ["test", "-e", path], check=False).returncode == 0
+
+
 def drained(fleet: F.Fleet, host: str) -> bool:
-    return fleet.lab.exec(host, ["test", "-e", DRAIN_FILE], check=False).returncode == 0
+    return exists(fleet, host, DRAIN_FILE)
 
 
 def kill_control_node(playbook: str) -> int:
@@ -142,6 +150,17 @@ def results(r, task_prefix: str) -> dict[str, dict]:
         for e in r.events
         if e.get("event") == "runner_on_ok" and e["event_data"]["task"].startswith(task_prefix)
     }
+
+
+def drained_at(r) -> dict[str, list[float]]:
+    """Unix times at which each host's drain file was written and removed in the run, in order."""
+    at: dict[str, list[float]] = {}
+    for e in r.events:
+        if e.get("event") == "runner_on_ok" and e["event_data"]["task"] in DRAIN_TASKS:
+            at.setdefault(e["event_data"]["host"], []).append(
+                datetime.fromisoformat(e["created"]).timestamp()
+            )
+    return at
 
 
 def packed_files(r) -> dict[str, list[str]]:
@@ -236,17 +255,36 @@ def test_rolling_upgrades_under_load(fleet, tmp_path):
     try:
         # --- a good version (release and model revision), through the whole fleet, canaried on app-1 ----
         started = invocations(fleet, MULTI)
-        # A bulk job through the whole rollout: each drained instance lets its leases go, the others read on.
-        job = FleetJob.submit(fleet, JOB_PAGES, key=f"fleet-upgrade-{int(time.time())}")
-        t0 = time.monotonic()
         extravars = {
             "ocr_app_wheelhouse_dir": str(good_wh),
             "ocr_model_revision": good_model,
             **gate,
             **CANARY,
         }
-        r = fleet.playbook("playbooks/upgrade.yml", extravars, check=False)
+        # A bulk job through the switches: submitted once every host has staged the release (the drains come
+        # next), so that the first host is drained with ranges leased and restarted while the others read on.
+        body = document(JOB_PAGES, JOB_FILLER)
+        # The ocr_app role's mark of a whole release, its last staging step.
+        staged = f"/opt/ocr-app/releases/{good}/.ocr-app-release"
+        done: list = []
+        rollout = threading.Thread(
+            target=lambda: done.append(fleet.playbook("playbooks/upgrade.yml", extravars, check=False))
+        )
+        t0 = time.monotonic()
+        rollout.start()
+        try:
+            L.wait_until(
+                lambda: not rollout.is_alive() or all(exists(fleet, h, staged) for h in fleet.apps),
+                1800, "the release staged on every host", 0.5,
+            )  # fmt: skip
+            submitted = time.time()
+            job = FleetJob.send(fleet, body, JOB_PAGES, key=f"fleet-upgrade-{int(submitted)}")
+        finally:
+            rollout.join(1800)
+        assert done, "upgrade.yml did not end"
+        r = done[0]
         runs.append(r)
+        drains = drained_at(r)
         say(
             f"upgrade to {good} and model {good_model}: rc {r.rc} in {time.monotonic() - t0:.0f} s, "
             f"{load.total} requests so far"
@@ -302,9 +340,20 @@ def test_rolling_upgrades_under_load(fleet, tmp_path):
         assert linked == {h: files for h in fleet.apps}, linked
         st = job.wait_done(900)
         figures = job.check()
-        say(f"job {job.job_id} through the upgrade: {st['pages']}, pages by host {job.shares()}")
+        shares, written = job.shares(), job.written()
+        out_s = {h: "-".join(f"{t - submitted:.0f}" for t in ts) + " s" for h, ts in sorted(drains.items())}
+        drained_1, back_1 = drains[fleet.apps[0]]
+        after = sum(1 for h, t in written if h == fleet.apps[0] and t > back_1)
+        say(
+            f"job {job.job_id} through the upgrade: {st['pages']}, pages by host {shares}, written "
+            f"{job.windows(submitted)} after its submit; hosts drained {out_s}; {fleet.apps[0]} read {after} "
+            "after it was back in"
+        )
         print(" ".join(f"{k}={v}" for k, v in figures.items()))
         assert figures == {"job_pages_lost": 0, "job_pages_duplicated": 0, "pages": JOB_PAGES}, figures
+        # Submitted before the first drain, still read after that host was back in; every host read some.
+        assert submitted < drained_1 < back_1 < written[-1][1], (submitted, drains, written[-1])
+        assert sorted(shares) == sorted(fleet.apps) and all(n > 0 for n in shares.values()), shares
         after_good = load.total
 
         # --- a broken model revision (with a newer release): the first host's evaluation fails -----------

@@ -1,7 +1,7 @@
 """Driver reboots under load (`make test-fleet`, after the upgrades): the app hosts become GPU hosts through
 the lab's stand-ins (`lab gpu`: PCI devices, nvidia-smi, the kernel module's version, a reboot command),
 then playbooks/nvidia-driver.yml (what site.yml runs for the driver) installs the NVIDIA driver from the
-signed fake repository on both, and, since a new driver needs a reboot, reboots them one host at a time:
+signed fake repository on each, and, since a new driver needs a reboot, reboots them one host at a time:
 each drained and out of the load balancer before its reboot, verified and back in before the next host's
 drain. A constant load through the load balancer loses no request. app-2 has 4 stand-in GPUs and runs one
 instance per GPU (ocr-app@0..3): each is bound to its own device, its nginx balances across the four, and
@@ -63,13 +63,18 @@ def nvidia_repo(fleet, tmp_path):
         subprocess.run([*serve, "stop", fleet.lab.bridge_ip, str(REPO_PORT)], check=False)
 
 
+def gpu_counts(fleet) -> dict[str, int]:
+    """The stand-in GPUs each app host gets: one per instance."""
+    return {h: MULTI_INSTANCES if h == MULTI else 1 for h in fleet.apps}
+
+
 def reboots(fleet, host: str) -> int:
     out = fleet.lab.exec(host, ["sh", "-c", "cat /var/log/ocrfleet-lab/reboots 2>/dev/null || true"]).stdout
     return len(out.splitlines())
 
 
 def test_new_driver_reboots_one_drained_host_at_a_time_under_load(fleet, nvidia_repo):
-    gpus = {"app-1": 1, MULTI: MULTI_INSTANCES}
+    gpus = gpu_counts(fleet)
     for host in fleet.apps:
         G.configure(fleet.lab.name, host, gpus=gpus[host])
         assert reboots(fleet, host) == 0
@@ -80,8 +85,8 @@ def test_new_driver_reboots_one_drained_host_at_a_time_under_load(fleet, nvidia_
     try:
         t0 = time.monotonic()
         r = fleet.playbook("playbooks/nvidia-driver.yml", {"nvidia_driver_repo_key_fingerprint": nvidia_repo})
-        say(f"playbooks/nvidia-driver.yml (install, 2 drained reboots): {time.monotonic() - t0:.0f} s, "
-            f"{load.total} requests so far")  # fmt: skip
+        say(f"playbooks/nvidia-driver.yml (install, {len(fleet.apps)} drained reboots): "
+            f"{time.monotonic() - t0:.0f} s, {load.total} requests so far")  # fmt: skip
         assert not load.exhausted, "the load ended before the reboots did"
     finally:
         load.finish(MIN_REQUESTS)
@@ -95,7 +100,7 @@ def test_new_driver_reboots_one_drained_host_at_a_time_under_load(fleet, nvidia_
             at = [i for i, (h, t) in enumerate(order) if h == host and t.startswith(task)]
             assert at, f"{host} never ran {task!r}: {order}"
             positions.append(at[0])
-    # Each host's steps in order, and the second host drained only after the first was back in.
+    # Each host's steps in order, and each host drained only after the one before it was back in.
     assert positions == sorted(positions), order
     for host in fleet.apps:
         assert reboots(fleet, host) == 1, host
@@ -123,7 +128,7 @@ def test_each_instance_is_bound_to_its_gpu_and_the_metrics_see_every_gpu(fleet):
         environ = fleet.lab.exec(MULTI, ["cat", f"/proc/{pid}/environ"]).stdout.split("\0")
         assert f"CUDA_VISIBLE_DEVICES={i}" in environ and "CUDA_DEVICE_ORDER=PCI_BUS_ID" in environ, environ
     # The GPU metrics timer runs every 5 s in the lab.
-    for host, count in (("app-1", 1), (MULTI, MULTI_INSTANCES)):
+    for host, count in gpu_counts(fleet).items():
         L.wait_until(
             lambda host=host, count=count: f"ocr_gpu_count {count}\n"
             in fleet.lab.exec(host, ["cat", "/var/lib/prometheus/node-exporter/ocr_gpu.prom"]).stdout,
@@ -149,8 +154,9 @@ INSTANCES_PLAY = """
 
 
 def test_with_gpu_count_auto_the_instances_follow_the_gpus(fleet, tmp_path):
-    # After the tests above: app-1 has 1 stand-in GPU, app-2 4. ocr_app_gpu_count's default, auto, counts the
-    # /dev/nvidiaN nodes (the lab inventory fixes app-2's count only because the demo's hosts have none).
+    # After the tests above: app-2 has 4 stand-in GPUs, the other hosts 1. ocr_app_gpu_count's default, auto,
+    # counts the /dev/nvidiaN nodes (the lab inventory fixes app-2's count only because the demo's hosts have
+    # none).
     play = tmp_path / "instances.yml"
     play.write_text(INSTANCES_PLAY)
     r = fleet.playbook(str(play), {"ocr_app_gpu_count": "auto"})
@@ -159,4 +165,4 @@ def test_with_gpu_count_auto_the_instances_follow_the_gpus(fleet, tmp_path):
         for e in r.events
         if e.get("event") == "runner_on_ok" and e["event_data"]["task"] == "Show the instances"
     }
-    assert shown == {"app-1": [0], MULTI: list(range(MULTI_INSTANCES))}, shown
+    assert shown == {h: list(range(n)) for h, n in gpu_counts(fleet).items()}, shown
