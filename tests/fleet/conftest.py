@@ -27,6 +27,13 @@ LAB = os.environ.get("OCRFLEET_FLEET_LAB", "fleet")
 APPS = 3
 MULTI = "app-2"  # runs ocr-app@0..3 (inventory/lab/host_vars/app-2.yml)
 MULTI_INSTANCES = 4
+
+
+def instances(host: str) -> int:
+    """ocr-app instances on an app host: MULTI_INSTANCES on MULTI, one elsewhere (the lab inventory's)."""
+    return MULTI_INSTANCES if host == MULTI else 1
+
+
 ACCESS_LOG = "/var/log/nginx/access.log"  # nginx_tls: its log format ends with what LINE reads
 LINE = re.compile(
     r'"POST /v1/ocr[^"]*" (?P<status>\d+) .* request_id=(?P<rid>\S+) request_time=(?P<rt>[\d.]+) '

@@ -42,7 +42,16 @@ import pytest
 from lab import fleet as F
 from lab import lab as L
 from tests.docs import encode, render
-from tests.fleet.conftest import MULTI, MULTI_INSTANCES, ROOT, current_release, lb_servers, say, task_order
+from tests.fleet.conftest import (
+    MULTI,
+    MULTI_INSTANCES,
+    ROOT,
+    current_release,
+    instances,
+    lb_servers,
+    say,
+    task_order,
+)
 from tests.fleet.jobs import FleetJob, document
 from tests.fleet.load import Load
 from tests.fleet.releases import derive_wheelhouse
@@ -118,7 +127,7 @@ def current_model(fleet: F.Fleet, host: str) -> str:
 
 
 def ports(host: str) -> list[int]:
-    return [8000 + i for i in range(MULTI_INSTANCES if host == MULTI else 1)]
+    return [8000 + i for i in range(instances(host))]
 
 
 def units(host: str) -> list[str]:
@@ -298,11 +307,7 @@ def test_rolling_upgrades_under_load(fleet, tmp_path):
         # One host at a time: each host is back in the pool before the next one is drained.
         order = task_order(r, "Switch the fleet")
         # The ocr_app role's drain and undrain entry points, by their tasks.
-        steps = [
-            order.index((h, task))
-            for h in fleet.apps
-            for task in ("Write the drain file", "Remove the drain file")
-        ]
+        steps = [order.index((h, task)) for h in fleet.apps for task in DRAIN_TASKS]
         assert steps == sorted(steps), order
         # The first host read the evaluation set before its switch and after its smoke test; no other did.
         assert [h for h, t in order if t == "Check the evaluation"] == ["app-1", "app-1"], order

@@ -22,6 +22,7 @@ from tests.fleet.conftest import (
     MULTI,
     MULTI_INSTANCES,
     ROOT,
+    instances,
     lb_servers,
     log_size,
     ocr_lines,
@@ -65,7 +66,7 @@ def nvidia_repo(fleet, tmp_path):
 
 def gpu_counts(fleet) -> dict[str, int]:
     """The stand-in GPUs each app host gets: one per instance."""
-    return {h: MULTI_INSTANCES if h == MULTI else 1 for h in fleet.apps}
+    return {h: instances(h) for h in fleet.apps}
 
 
 def reboots(fleet, host: str) -> int:
