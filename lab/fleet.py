@@ -139,9 +139,16 @@ class Fleet:
         }
 
     def playbook(
-        self, playbook: str, extravars: dict | None = None, *, progress: Progress | None = None, check=True
+        self,
+        playbook: str,
+        extravars: dict | None = None,
+        *,
+        progress: Progress | None = None,
+        check: bool = True,
+        limit: list[str] | None = None,
     ) -> ansible_runner.Runner:
-        """Run a playbook of the repo (path relative to it) against this fleet.
+        """Run a playbook of the repo (path relative to it) against this fleet, or against its `limit` hosts
+        (ansible-playbook --limit).
 
         Each run gets a private data dir of its own (under the fleet's 0700 state): ansible-runner writes
         the extravars to env/extravars only when that file is absent, and otherwise puts them on the
@@ -155,6 +162,7 @@ class Fleet:
             playbook=str(ROOT / playbook),
             inventory=str(ROOT / "inventory" / "lab"),
             extravars={**self.extravars(), **(extravars or {})},
+            limit=",".join(limit) if limit else None,
             envvars={
                 "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"),
                 "OCRFLEET_LAB_NAME": self.lab.name,

@@ -6,11 +6,14 @@ app version and a new model revision through the fleet (app-1 first, as a canary
 requests while the other hosts replay every request they answer to it and compare the texts; promoted; a
 300-page bulk job submitted once the release is staged is read through app-1's drain and restart, by every
 host, and must come back whole: `job_pages_lost=0 job_pages_duplicated=0 pages=300`, each host's share
-printed), then a newer release with a deliberately broken model revision (its files match their manifest, it
-passes its self-test and reads the golden document, but its dictionary reads capitals the golden document
-lacks as others, so the evaluation gate, an evaluation set read before and after the first host's switch,
-finds it worse): the first host must be rolled back to the good release and model, the play must stop, the
-fleet must keep serving the good version, and no request may fail in either rollout.
+printed, with each host's time out of service and the time between batches). The three faulty rollouts that
+follow run on the smallest fleet that shows them, the canary and one host beside it (app-1 and app-3,
+upgrade.yml --limit), while app-2 keeps serving the good release: a newer release with a deliberately
+broken model revision (its files match their manifest, it passes its self-test and reads the golden document,
+but its dictionary reads capitals the golden document lacks as others, so the evaluation gate, an evaluation
+set read before and after the first host's switch, finds it worse): the first host must be rolled back to the
+good release and model, the play must stop, the fleet must keep serving the good version, and no request may
+fail in either rollout.
 Then the newer release with a revision that misreads capitals only the load's documents have: it passes the
 smoke test and the default evaluation (the golden document), and the canary's comparison with the other hosts'
 answers rolls it back, with no failed request (each prints `canary_compared_requests=N canary_text_diff=X%
@@ -26,6 +29,7 @@ total_requests=N` once, for the whole scenario, and `model_upgrade: ...`.
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import re
@@ -210,11 +214,18 @@ def canary_ended(fleet: F.Fleet) -> None:
             assert fleet.lab.exec(h, ["test", "-e", path], check=False).returncode != 0, f"{path} left on {h}"
 
 
+def pair(fleet: F.Fleet) -> list[str]:
+    """The smallest fleet a faulty rollout needs: the canary (the rollout's first host) and one host beside
+    it to compare with and to stay untouched: app-1 and the last app host (upgrade.yml --limit). The other app
+    host stays on the release the good rollout left, serving beside them."""
+    return [fleet.apps[0], fleet.apps[-1]]
+
+
 def failed_rollout(fleet: F.Fleet, load: Load, runs: list, what: str, extravars: dict, task: str):
-    """Run upgrade.yml where it must fail: app-1's `task` fails and the rescue rolls it back. The run and its
-    last message (`app-1: Stop the rollout: ...`)."""
+    """Run upgrade.yml on pair(fleet) where it must fail: app-1's `task` fails and the rescue rolls it back.
+    The run and its last message (`app-1: Stop the rollout: ...`)."""
     t0 = time.monotonic()
-    r = fleet.playbook("playbooks/upgrade.yml", extravars, check=False)
+    r = fleet.playbook("playbooks/upgrade.yml", extravars, check=False, limit=pair(fleet))
     runs.append(r)
     say(f"{what}: rc {r.rc} in {time.monotonic() - t0:.0f} s, {load.total} requests")
     assert r.rc != 0, f"{what}: the rollout succeeded"
@@ -279,7 +290,7 @@ def test_rolling_upgrades_under_load(fleet, tmp_path):
         rollout = threading.Thread(
             target=lambda: done.append(fleet.playbook("playbooks/upgrade.yml", extravars, check=False))
         )
-        t0 = time.monotonic()
+        t0, t0_wall = time.monotonic(), time.time()
         rollout.start()
         try:
             L.wait_until(
@@ -299,6 +310,15 @@ def test_rolling_upgrades_under_load(fleet, tmp_path):
             f"{load.total} requests so far"
         )
         assert r.rc == 0, F.failures(r)
+        # Each host out of service for the batch only (drain -> switch -> restart -> smoke -> undrain); the
+        # staging came before, on every host at once.
+        batches = [(h, *drains[h]) for h in fleet.apps]
+        say(
+            f"rollout: staged on {len(batches)} hosts in {batches[0][1] - t0_wall:.0f} s; drained "
+            + ", ".join(f"{h} {back - out:.0f} s" for h, out, back in batches)
+            + "; between batches "
+            + ", ".join(f"{b[1] - a[2]:.0f} s" for a, b in itertools.pairwise(batches))
+        )
         assert not load.exhausted, "the load ended before the rollout did"
         for h in fleet.apps:
             assert current_release(fleet, h) == good, h
@@ -362,6 +382,8 @@ def test_rolling_upgrades_under_load(fleet, tmp_path):
         after_good = load.total
 
         # --- a broken model revision (with a newer release): the first host's evaluation fails -----------
+        # This and the next two rollouts run on the canary and one host beside it (pair()).
+        pair_hosts, left = pair(fleet), [h for h in fleet.apps if h not in pair(fleet)]
         untouched = {h: invocations(fleet, h) for h in fleet.apps[1:]}
         # A cached wheel damaged on the last host: its copy must not be trusted, so that wheel travels again.
         damaged = next(w.name for w in base.glob("*.whl") if not w.name.startswith("ocr_app-"))
@@ -378,22 +400,23 @@ def test_rolling_upgrades_under_load(fleet, tmp_path):
         assert {h for h, _ in order} == {"app-1"}, "hosts after the failed one were touched"
         # Staging the release and the model restarted nothing on the hosts it never switched.
         assert {h: invocations(fleet, h) for h in fleet.apps[1:]} == untouched
-        # Staged everywhere, switched nowhere: the failed host is back on the good release and model.
+        # Staged on the pair, switched nowhere: the failed host is back on the good release and model; the
+        # host outside the limit got nothing.
         for h in fleet.apps:
             assert current_release(fleet, h) == good, h
             assert fleet.host_health(h)["status"] == "ready", h
             assert (current_model(fleet, h), served_model(fleet, h)) == (good_model, good_model), h
             for staged in (f"/opt/ocr-app/releases/{newer}", f"{MODEL_ROOT}/{MODEL}/{bad_model}"):
                 found = fleet.lab.exec(h, ["test", "-d", staged], check=False)
-                assert found.returncode == 0, f"{staged} was not staged on {h}"
+                assert (found.returncode == 0) == (h in pair_hosts), (staged, h, found.returncode)
         assert {lb_servers(fleet)[h]["status"] for h in fleet.apps} == {"UP"}
         assert load.total > after_good
         packed = packed_files(r)
         wheels = ["SHA256SUMS", "requirements.txt", *(w.name for w in newer_wh.glob("ocr_app-*.whl"))]
-        assert packed == {h: sorted(wheels + [damaged] * (h == fleet.apps[-1])) for h in fleet.apps}, packed
+        assert packed == {h: sorted(wheels + [damaged] * (h == fleet.apps[-1])) for h in pair_hosts}, packed
         # Only the dictionary differs from the good revision: the weights were linked, not copied again.
         linked = {h: sorted(res["linked"]) for h, res in results(r, "Link the files").items()}
-        assert linked == {h: [f for f in files if f != "rec_keys.txt"] for h in fleet.apps}, linked
+        assert linked == {h: [f for f in files if f != "rec_keys.txt"] for h in pair_hosts}, linked
 
         # --- a revision that reads the load's pages worse: caught by the canary's comparison, rolled back --
         # The newer release (staged by the broken rollout) with a revision the smoke test and the default
@@ -431,11 +454,13 @@ def test_rolling_upgrades_under_load(fleet, tmp_path):
         # The newer release, this time with the good model: the broken rollout staged it everywhere, so this
         # one finds it complete and copies nothing (a staged release is reused, not installed again).
         resumed, resumed_wh = newer, newer_wh
-        victim, after = fleet.apps[0], fleet.apps[1]
+        victim, after = pair_hosts
         extravars = {"ocr_app_wheelhouse_dir": str(resumed_wh), "ocr_model_revision": good_model, **gate}
         killed: list = []
         rollout = threading.Thread(
-            target=lambda: killed.append(fleet.playbook("playbooks/upgrade.yml", extravars, check=False))
+            target=lambda: killed.append(
+                fleet.playbook("playbooks/upgrade.yml", extravars, check=False, limit=pair_hosts)
+            )
         )
         rollout.start()
         try:
@@ -455,7 +480,7 @@ def test_rolling_upgrades_under_load(fleet, tmp_path):
         assert current_release(fleet, after) != resumed, "the rollout went past the drained host"
 
         t0 = time.monotonic()
-        r = fleet.playbook("playbooks/upgrade.yml", extravars, check=False)
+        r = fleet.playbook("playbooks/upgrade.yml", extravars, check=False, limit=pair_hosts)
         runs.append(r)
         rerun_s = time.monotonic() - t0
         assert r.rc == 0, F.failures(r)
@@ -466,16 +491,18 @@ def test_rolling_upgrades_under_load(fleet, tmp_path):
         assert installs == [], "the staged release was installed again"
         assert not load.exhausted, "the load ended before the rollout did"
         for h in fleet.apps:
-            assert current_release(fleet, h) == resumed, h
+            release = resumed if h in pair_hosts else good  # the host outside the limit stays as it was
+            assert current_release(fleet, h) == release, h
             health = fleet.host_health(h)
-            assert (health["version"], health["status"]) == (resumed, "ready"), h
+            assert (health["version"], health["status"]) == (release, "ready"), h
             assert not drained(fleet, h), f"{h} still has its drain file"
             assert served_model(fleet, h) == good_model, h
         assert {lb_servers(fleet)[h]["status"] for h in fleet.apps} == {"UP"}
         print(f"interrupted_upgrade: killed during {victim} drained; rerun rc={r.rc} in {rerun_s:.0f} s")
         print(
             f"model_upgrade: {MODEL} {first_model} -> {good_model} on {len(fleet.apps)} hosts; "
-            f"{bad_model} rolled back on app-1 (its evaluation misread), staged only elsewhere"
+            f"{bad_model} rolled back on app-1 (its evaluation misread), staged only on {pair_hosts[1]}; "
+            f"{left} left on {good}"
         )
 
         # The smoke test sends the fleet's key: no event and no stdout of any run may hold it in clear.
