@@ -29,21 +29,12 @@ import sys
 import tempfile
 from pathlib import Path
 
-from bench.run import (
-    ROOT,
-    Doc,
-    OurService,
-    PassResult,
-    Process,
-    _client,
-    docs_module,
-    drive,
-    free_port,
-    log,
-    median,
-    ratio,
-    summarise_passes,
-)
+from bench.documents import Doc
+from bench.harness import PassResult, async_client, drive, log, median, ours_pass, ratio, summarise_passes
+from bench.servers import OurService, Process, free_port
+from tests.docs import encode
+from tests.vllm.tiny_model import VARIANTS, build
+from tests.vllm.tiny_model import page as variant_page
 
 RESULTS_FILE = Path(__file__).resolve().parent / "results-vllm.json"
 GOAL = 1.0
@@ -57,15 +48,10 @@ SERVING = {  # both sides: what the model card gives, sized for a 2-core CPU
 
 def documents(n: int) -> list[Doc]:
     """The tiny model's pages (its variants in turn), of varied sizes (PNG)."""
-    sys.path.insert(0, str(ROOT))
-    from tests.vllm.tiny_model import VARIANTS
-    from tests.vllm.tiny_model import page as variant_page
-
-    d = docs_module()
     docs = []
     for i in range(n):
         page = variant_page(i % len(VARIANTS), size=28 + 4 * (i % 4), width=900 + 120 * (i % 5))
-        docs.append(Doc(f"page{i}", d.encode(page.image, "PNG"), "image/png", page.image.size))
+        docs.append(Doc(f"page{i}", encode(page.image, "PNG"), "image/png", page.image.size))
     return docs
 
 
@@ -120,26 +106,9 @@ def vllm_serve_argv(model: Path, port: int) -> list[str]:
     ]
 
 
-def ours_pass(svc: OurService, docs: list[Doc], concurrency: int) -> PassResult:
-    async def run() -> PassResult:
-        async with _client(svc.process.url, concurrency, {"Authorization": f"Bearer {svc.key}"}) as client:
-
-            async def one(doc: Doc) -> int:
-                r = await client.post("/v1/ocr", content=doc.data, headers={"Content-Type": doc.ctype})
-                if r.status_code != 200:
-                    raise RuntimeError(f"HTTP {r.status_code}: {r.text[:200]}")
-                return sum(len(p["lines"]) for p in r.json()["pages"])
-
-            return await drive("ours", docs, concurrency, one)
-
-    res = asyncio.run(run())
-    svc.process.check_alive()
-    return res
-
-
 def serve_pass(serve: Process, docs: list[Doc], concurrency: int) -> PassResult:
     async def run() -> PassResult:
-        async with _client(serve.url, concurrency) as client:
+        async with async_client(serve.url, concurrency) as client:
 
             async def one(doc: Doc) -> int:
                 url = f"data:{doc.ctype};base64," + base64.b64encode(doc.data).decode("ascii")
@@ -183,8 +152,6 @@ def block(name: str, start, docs: list[Doc], passes: int, concurrencies: list[in
 
 
 def run(args: argparse.Namespace, workdir: Path) -> dict:
-    from tests.vllm.tiny_model import build
-
     os.environ.update(
         VLLM_CPU_KVCACHE_SPACE="1",
         VLLM_CACHE_ROOT=str(workdir / "vllm-cache"),
@@ -207,7 +174,7 @@ def run(args: argparse.Namespace, workdir: Path) -> dict:
             n += 1
             svc = OurService(workdir / f"ours{n}", our_settings(model, grounding))
             svc.process.start(timeout=1200)
-            return svc, lambda d, c: ours_pass(svc, d, c)
+            return svc, lambda d, c: ours_pass(svc, d, c, side="ours")
 
         return start
 

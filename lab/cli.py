@@ -8,7 +8,9 @@ import os
 import sys
 import time
 
-from . import gpu, lab
+from . import gpu, image, lab, state
+from .base import LabError
+from .procs import nsenter_argv
 
 
 def _print(obj, as_json: bool) -> None:
@@ -84,12 +86,12 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if a.cmd == "image":
             t0 = time.monotonic()
-            path = lab.build_image(force=a.force)
+            path = image.build_image(force=a.force)
             print(
                 json.dumps(
                     {
                         "image": str(path),
-                        "recipe_hash": lab.recipe_hash(),
+                        "recipe_hash": image.recipe_hash(),
                         "seconds": round(time.monotonic() - t0, 1),
                     }
                 )
@@ -108,12 +110,12 @@ def main(argv: list[str] | None = None) -> int:
                 _print(lab.status(a.name), a.json)
         elif a.cmd in ("exec", "ssh"):
             cmd = a.command[1:] if a.command[:1] == ["--"] else a.command
-            lb = lab.load(a.name)
+            lb = state.load(a.name)
             if a.cmd == "exec":
                 if not cmd:
                     p.error("exec needs a command after --")
                 h = lb.host(a.host)
-                argv = [*lab._nsenter(h.leader, (lb.name, h.name)), *cmd]
+                argv = [*nsenter_argv(h.leader, (lb.name, h.name)), *cmd]
             else:
                 argv = lb.ssh_argv(a.host, *cmd)
                 if not cmd and sys.stdin.isatty():
@@ -142,8 +144,8 @@ def main(argv: list[str] | None = None) -> int:
                 )
             )
         elif a.cmd == "instance-config":
-            print(json.dumps(lab.instance_config(a.name), indent=2))
-    except lab.LabError as exc:
+            print(json.dumps(state.instance_config(a.name), indent=2))
+    except LabError as exc:
         print(f"lab: error: {exc}", file=sys.stderr)
         return 1
     return 0

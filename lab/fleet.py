@@ -24,6 +24,8 @@ import httpx
 import yaml
 
 from . import lab as L
+from .state import Lab
+from .state import load as load_lab
 
 ROOT = Path(__file__).resolve().parents[1]
 Progress = Callable[[str], None]
@@ -107,7 +109,7 @@ def _progress_handler(progress: Progress | None, started: float) -> Callable[[di
 
 @dataclass
 class Fleet:
-    lab: L.Lab
+    lab: Lab
     state: Path  # the fleet's CA, API key and runner directories
     key: str
 
@@ -228,7 +230,7 @@ def up(
 
 def load(name: str, state: Path) -> Fleet:
     """The fleet of a running lab (after `up`)."""
-    return Fleet(lab=L.load(name), state=state, key=(state / "api-key").read_text().strip())
+    return Fleet(lab=load_lab(name), state=state, key=(state / "api-key").read_text().strip())
 
 
 def down(name: str) -> None:

@@ -16,7 +16,7 @@ import hashlib
 import json
 from pathlib import Path
 
-from . import lab as _lab
+from .state import load
 
 STANDINS = Path(__file__).resolve().parent / "standins"
 STATE = "/etc/ocrfleet-lab/gpu.json"
@@ -95,5 +95,5 @@ def configure(lab_name: str, host: str, *, smi: bool = False, **change) -> dict:
         files["/usr/local/bin/nvidia-smi"] = [(STANDINS / "nvidia-smi").read_text(), 0o755]
     req = {"state": STATE, "change": change, "files": files}
     req |= {"pci_dir": PCI_DIR, "module_file": MODULE_VERSION}
-    out = _lab.load(lab_name).exec(host, ["python3", "-c", _SETUP], input=json.dumps(req))
+    out = load(lab_name).exec(host, ["python3", "-c", _SETUP], input=json.dumps(req))
     return json.loads(out.stdout)

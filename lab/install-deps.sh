@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Install what the nspawn lab needs on the controller. Idempotent; safe to rerun.
 # The controller has no systemd as PID 1, so no package may start a service:
-# apt-cacher-ng is started and stopped by the lab itself (lab/lab.py).
+# apt-cacher-ng is started and stopped by the lab itself (lab/apt.py).
 set -euo pipefail
 
 [ "$(id -u)" = 0 ] || { echo "install-deps.sh: must run as root" >&2; exit 1; }

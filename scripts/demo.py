@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from lab import fleet as F  # noqa: E402
-from lab import lab as L  # noqa: E402
+from lab.image import build_image, image_ready  # noqa: E402
 from scripts.demo_local import sample_document  # noqa: E402
 
 
@@ -51,9 +51,9 @@ class Progress:
 def up(args: argparse.Namespace) -> int:
     state = Path(args.state)
     started = time.monotonic()
-    if not L.image_ready():
+    if not image_ready():
         say("building the lab's Debian image (once; cached in /var/cache/ocrfleet-lab)")
-        L.build_image()
+        build_image()
     progress = Progress()
     say(
         f"booting {args.apps} app hosts, a load balancer, a monitoring and a job database host, then "

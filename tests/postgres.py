@@ -2,13 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
+from scripts.pg_cluster import Cluster
 
-_spec = importlib.util.spec_from_file_location(
-    "pg_cluster", Path(__file__).resolve().parents[1] / "scripts" / "pg_cluster.py"
-)
-assert _spec is not None and _spec.loader is not None
-_module = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(_module)
-Cluster = _module.Cluster
+__all__ = ["Cluster"]

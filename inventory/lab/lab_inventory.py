@@ -13,7 +13,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
-from lab import lab as lab_api  # noqa: E402
+from lab.base import LabError  # noqa: E402
+from lab.state import load  # noqa: E402
 
 GROUPS = {"app": "ocr_servers", "lb": "ocr_lb", "mon": "monitoring", "db": "ocr_db"}
 
@@ -21,8 +22,8 @@ GROUPS = {"app": "ocr_servers", "lb": "ocr_lb", "mon": "monitoring", "db": "ocr_
 def inventory() -> dict:
     name = os.environ.get("OCRFLEET_LAB_NAME", "site")
     try:
-        lab = lab_api.load(name)
-    except lab_api.LabError as err:
+        lab = load(name)
+    except LabError as err:
         # An empty inventory with the reason, rather than a traceback in Ansible's output.
         print(f"lab_inventory: {err}", file=sys.stderr)
         return {"_meta": {"hostvars": {}}}

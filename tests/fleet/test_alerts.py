@@ -17,7 +17,7 @@ import time
 import pytest
 import yaml
 
-from lab import lab as L
+from lab.base import wait_until
 
 from .conftest import MULTI, ROOT, say
 
@@ -88,7 +88,7 @@ def test_instance_down_alert_fires_and_resolves(fleet):
     scrape_s, eval_s = seconds(config["scrape_interval"]), seconds(config["evaluation_interval"])
     fire_budget = for_s + scrape_s + eval_s
     # Every target is up (every instance, node-exporter, HAProxy's exporter, themselves) and nothing alerts.
-    targets = L.wait_until(lambda: all_up(fleet), 60, "every target up in Prometheus", POLL_S)
+    targets = wait_until(lambda: all_up(fleet), 60, "every target up in Prometheus", POLL_S)
     assert {t["labels"]["job"] for t in targets} >= {"ocr-app", "node", "haproxy"}, targets
     assert INSTANCE in {t["labels"]["instance"] for t in targets}, targets
     assert active_alerts(fleet) == []
@@ -106,9 +106,7 @@ def test_instance_down_alert_fires_and_resolves(fleet):
             ).stdout
         )
 
-        fired = L.wait_until(
-            lambda: active_alerts(fleet), fire_budget + 60, f"{ALERT} in Alertmanager", POLL_S
-        )
+        fired = wait_until(lambda: active_alerts(fleet), fire_budget + 60, f"{ALERT} in Alertmanager", POLL_S)
         fired_after = time.time() - killed_at
         say(
             f"alert_fired_after_s={fired_after:.1f} "
@@ -129,7 +127,7 @@ def test_instance_down_alert_fires_and_resolves(fleet):
         fleet.lab.exec(HOST, ["systemctl", "start", UNIT], timeout=300)
     started_at = time.time()
 
-    L.wait_until(lambda: active_alerts(fleet) == [], scrape_s + eval_s + 60, f"{ALERT} resolved", POLL_S)
+    wait_until(lambda: active_alerts(fleet) == [], scrape_s + eval_s + 60, f"{ALERT} resolved", POLL_S)
     resolved_after = time.time() - started_at
     say(f"alert_resolved_after_s={resolved_after:.1f}")
     assert resolved_after <= scrape_s + eval_s + SLACK_S, resolved_after

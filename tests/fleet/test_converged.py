@@ -18,7 +18,7 @@ import httpx
 import jiwer
 import pytest
 
-from lab import lab as L
+from lab.base import wait_until
 from tests import old_tls
 from tests.docs import TEXTS, encode, render
 
@@ -92,7 +92,7 @@ def test_one_requests_way_through_the_fleet_in_the_journal(fleet):
             return by if set(idents) <= set(by) else None
 
         # The relay's rsyslogd writes nginx's and HAProxy's entries a moment after the response.
-        return L.wait_until(read, 30, f"{idents} entries of {rid} on {host}", 0.5)
+        return wait_until(read, 30, f"{idents} entries of {rid} on {host}", 0.5)
 
     lb = way("lb-1", "haproxy")["haproxy"]
     assert (lb["ROUTE"], lb["STATUS"], lb["PRIORITY"]) == ("/v1/ocr", "200", "6"), lb
@@ -136,7 +136,7 @@ def test_gpu_metrics_textfile_is_refreshed_by_the_timer(fleet):
         assert "ocr_gpu_count 0" in fleet.lab.exec(host, ["cat", GPU_METRICS]).stdout
     host = fleet.apps[0]
     mtime = fleet.lab.exec(host, ["stat", "-c", "%Y", GPU_METRICS]).stdout.strip()
-    L.wait_until(
+    wait_until(
         lambda: fleet.lab.exec(host, ["stat", "-c", "%Y", GPU_METRICS]).stdout.strip() != mtime,
         90, f"{GPU_METRICS} on {host} refreshed", 0.5,
     )  # fmt: skip

@@ -15,7 +15,7 @@ import re
 
 import pytest
 
-from lab import lab as L
+from lab.base import wait_until
 from tests.fleet.conftest import MULTI, lb_servers, log_size, ocr_lines, say
 from tests.fleet.load import Load, documents, large_documents
 
@@ -51,7 +51,7 @@ def crash(fleet, load: Load, host: str, unit: str) -> tuple[float, float]:
     pid, state = unit_state(fleet, host, unit)
     assert pid > 0 and state == "active", (host, unit, pid, state)
     before = load.total
-    L.wait_until(lambda: load.total >= before + 4, 300, "requests before the kill")
+    wait_until(lambda: load.total >= before + 4, 300, "requests before the kill")
     # Killed while it holds a request (its /healthz counts them), polled on the host itself: a tight race.
     port = 8000 + int(unit.split("@")[1].split(".")[0])
     script = (
@@ -70,11 +70,11 @@ def crash(fleet, load: Load, host: str, unit: str) -> tuple[float, float]:
         new_pid, new_state = unit_state(fleet, host, unit)
         return new_pid not in (0, pid) and new_state == "active"
 
-    L.wait_until(restarted, 300, f"{host} {unit} restarted", interval=0.2)
+    wait_until(restarted, 300, f"{host} {unit} restarted", interval=0.2)
     back = float(fleet.lab.exec(host, ["date", "+%s.%N"]).stdout) - killed_at
-    L.wait_until(lambda: lb_servers(fleet)[host]["status"] == "UP", 120, f"{host} UP", interval=0.2)
+    wait_until(lambda: lb_servers(fleet)[host]["status"] == "UP", 120, f"{host} UP", interval=0.2)
     after = load.total
-    L.wait_until(lambda: load.total >= after + 8, 300, f"requests after {host} is back")
+    wait_until(lambda: load.total >= after + 8, 300, f"requests after {host} is back")
     say(f"{host} {unit}: killed (pid {pid}), active again {back:.1f} s later; {load.total} requests so far")
     return back, killed_at
 

@@ -44,7 +44,7 @@ from pathlib import Path
 import pytest
 
 from lab import fleet as F
-from lab import lab as L
+from lab.base import wait_until
 from tests.docs import encode, render
 from tests.fleet.conftest import (
     MULTI,
@@ -293,7 +293,7 @@ def test_rolling_upgrades_under_load(fleet, tmp_path):
         t0, t0_wall = time.monotonic(), time.time()
         rollout.start()
         try:
-            L.wait_until(
+            wait_until(
                 lambda: not rollout.is_alive() or all(exists(fleet, h, staged) for h in fleet.apps),
                 1800, "the release staged on every host", 0.5,
             )  # fmt: skip
@@ -464,7 +464,7 @@ def test_rolling_upgrades_under_load(fleet, tmp_path):
         )
         rollout.start()
         try:
-            L.wait_until(
+            wait_until(
                 lambda: not rollout.is_alive() or drained(fleet, victim), 1800, f"{victim} drained", 0.5
             )
             assert rollout.is_alive(), f"upgrade.yml ended before draining {victim}: {F.failures(killed[0])}"
@@ -476,7 +476,7 @@ def test_rolling_upgrades_under_load(fleet, tmp_path):
         assert killed[0].rc != 0, "the killed upgrade.yml reported success"
         # Left as the dead run left it: drained, out of the pool (HAProxy's checks see /healthz draining).
         assert drained(fleet, victim)
-        L.wait_until(lambda: lb_servers(fleet)[victim]["status"] != "UP", 60, f"{victim} out of pool", 0.5)
+        wait_until(lambda: lb_servers(fleet)[victim]["status"] != "UP", 60, f"{victim} out of pool", 0.5)
         assert current_release(fleet, after) != resumed, "the rollout went past the drained host"
 
         t0 = time.monotonic()

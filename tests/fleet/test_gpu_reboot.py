@@ -18,7 +18,7 @@ import time
 import pytest
 
 from lab import gpu as G
-from lab import lab as L
+from lab.base import wait_until
 from tests.fleet.conftest import (
     MULTI,
     MULTI_INSTANCES,
@@ -142,7 +142,7 @@ def test_each_instance_is_bound_to_its_gpu_and_the_metrics_see_every_gpu(fleet):
         assert f"CUDA_VISIBLE_DEVICES={i}" in environ and "CUDA_DEVICE_ORDER=PCI_BUS_ID" in environ, environ
     # The GPU metrics timer runs every 5 s in the lab.
     for host, count in gpu_counts(fleet).items():
-        L.wait_until(
+        wait_until(
             lambda host=host, count=count: f"ocr_gpu_count {count}\n"
             in fleet.lab.exec(host, ["cat", "/var/lib/prometheus/node-exporter/ocr_gpu.prom"]).stdout,
             60, f"the GPU metrics on {host} report {count} GPU(s)", 1,

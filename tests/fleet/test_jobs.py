@@ -15,7 +15,7 @@ import time
 
 import pytest
 
-from lab import lab as L
+from lab.base import wait_until
 from tests.fleet.conftest import MULTI, say
 from tests.fleet.jobs import DB_HOST, FleetJob
 from tests.fleet.load import documents
@@ -74,7 +74,7 @@ def test_a_job_survives_a_kill_a_database_restart_and_a_cut(fleet):
     cut(fleet, CUT_HOST, db_address)
     try:
         cut_at = time.monotonic()
-        L.wait_until(lambda: time.monotonic() - cut_at > 2 * LEASE_S, 3 * LEASE_S, "a lease's time")
+        wait_until(lambda: time.monotonic() - cut_at > 2 * LEASE_S, 3 * LEASE_S, "a lease's time")
         during = job.wait_pages(at + 5, 600)["pages"]["done"]
     finally:
         mend(fleet, CUT_HOST)

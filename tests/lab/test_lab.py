@@ -16,6 +16,12 @@ from pathlib import Path
 import pytest
 
 from lab import lab as L
+from lab.apt import SVC_BRIDGE
+from lab.base import run, state_dir
+from lab.image import image_path
+from lab.net import bridge_name, port_open
+from lab.procs import is_alive
+from lab.state import instance_config
 
 pytestmark = [pytest.mark.lab, pytest.mark.timeout(900)]
 
@@ -34,7 +40,7 @@ def poll(pred, timeout: float, what: str):
 def nft_controller() -> str:
     if not shutil.which("nft"):
         return "(nft not installed)"
-    return L.run(["nft", "list", "ruleset"]).stdout
+    return run(["nft", "list", "ruleset"]).stdout
 
 
 @pytest.fixture(scope="module")
@@ -76,7 +82,7 @@ def test_ssh_with_key_only(lab, hosts):
     # Without the key, no way in: the server itself refuses, and offers no method but public keys.
     argv = [a for a in lab.ssh_argv(hosts[0], "true") if a != lab.key]
     argv.remove("-i")
-    r = L.run([*argv[:1], "-o", "PubkeyAuthentication=no", *argv[1:]], check=False)
+    r = run([*argv[:1], "-o", "PubkeyAuthentication=no", *argv[1:]], check=False)
     assert r.returncode == 255 and "Permission denied (publickey)." in r.stderr, r.stderr
 
 
@@ -85,7 +91,7 @@ def test_inventory_and_instance_config(lab, hosts):
     for h in lab.hosts:
         assert f"{h.name} ansible_host={h.address}" in inv
     assert f"ansible_ssh_private_key_file={lab.key}" in inv
-    cfg = L.instance_config(LAB)
+    cfg = instance_config(LAB)
     assert [c["instance"] for c in cfg] == hosts
     assert {"instance", "address", "user", "port", "identity_file"} <= set(cfg[0])
 
@@ -94,7 +100,7 @@ def test_connectivity(lab, hosts):
     a, b = lab.hosts
     # controller -> hosts
     for h in lab.hosts:
-        assert L._port_open(h.address, 22)
+        assert port_open(h.address, 22)
     # host -> host (bash's /dev/tcp: no extra packages needed)
     banner = lab.exec(a.name, ["bash", "-c", f"exec 3<>/dev/tcp/{b.address}/22; head -c 4 <&3"], timeout=15)
     assert banner.stdout == "SSH-"
@@ -246,15 +252,15 @@ def test_down_leaves_nothing(lab):
     left = L.leftovers()
     assert LAB not in left["labs"]
     assert not any((Path(c) / LAB).exists() for c in left["cgroups"])
-    assert L.bridge_name(LAB) not in left["links"]
+    assert bridge_name(LAB) not in left["links"]
     assert not [link for link in left["links"] if link.removeprefix("vb-") in machines]
-    assert not [m for m in left["mounts"] if LAB in m or L.image_path().as_posix() in m]
-    assert not (L.state_dir() / LAB).exists()
+    assert not [m for m in left["mounts"] if LAB in m or image_path().as_posix() in m]
+    assert not (state_dir() / LAB).exists()
     for h in lab.hosts:
-        assert not L._alive(h.nspawn_pid)
-        assert not L._alive(h.leader)
+        assert not is_alive(h.nspawn_pid)
+        assert not is_alive(h.leader)
     if not left["labs"]:  # the last lab takes the proxy and the service bridge with it
         assert left["apt_cacher_ng"] is None
-        assert L.SVC_BRIDGE not in left["links"]
+        assert SVC_BRIDGE not in left["links"]
         assert left["processes"] == []
         assert left["cgroups"] == []
