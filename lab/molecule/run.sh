@@ -25,13 +25,23 @@ if [ "${#roles[@]}" -eq 0 ]; then
   for r in "${all[@]}"; do [[ " ${slow_first[*]} " == *" $r "* ]] || roles+=("$r"); done
 fi
 
+stamp() {  # prefix each line with the seconds since the first (molecule's own status stays the pipeline's)
+  python3 -u -c 'import sys, time
+t0 = time.monotonic()
+for line in sys.stdin:
+    sys.stdout.write(f"{time.monotonic() - t0:7.1f} {line}")'
+}
+steps() {  # one line: each molecule step of a stamped log and the seconds it took
+  awk '/\[default > [a-z_]+\] Executing/ { match($0, /> [a-z_]+\]/); s = substr($0, RSTART + 2, RLENGTH - 3); t = $1 }
+       /\[default > [a-z_]+\] Executed/ { printf "%s %.0f s, ", s, $1 - t }' "$1" | sed 's/, $//'
+}
 declare -A role_of=() start_of=()
 failed=()
 finish() {  # $1: the pid that ended, $2: its status
   local r="${role_of[$1]}"
   echo "=== molecule test: $r (log: $state/log/$r.log)"
   cat "$state/log/$r.log"
-  echo "=== $r: $(( $(date +%s) - start_of[$1] )) s$( [ "$2" -eq 0 ] || echo ", FAILED (rc $2)")"
+  echo "=== $r: $(( $(date +%s) - start_of[$1] )) s$( [ "$2" -eq 0 ] || echo ", FAILED (rc $2)") ($(steps "$state/log/$r.log"))"
   [ "$2" -eq 0 ] || failed+=("$r")
   unset "role_of[$1]"
 }
@@ -44,7 +54,8 @@ for r in "${roles[@]}"; do
     finish "$pid" "$rc"
   done
   echo "=== started: $r"
-  (cd "$root/roles/$r" && MOLECULE_EPHEMERAL_DIRECTORY="$state/eph/$r" exec molecule test) >"$state/log/$r.log" 2>&1 &
+  # Each line stamped with the seconds since the scenario started, so that the steps' times can be read back.
+  (cd "$root/roles/$r" && MOLECULE_EPHEMERAL_DIRECTORY="$state/eph/$r" molecule test 2>&1 | stamp) >"$state/log/$r.log" &
   role_of[$!]="$r"; start_of[$!]=$(date +%s)
 done
 while [ "${#role_of[@]}" -gt 0 ]; do
