@@ -54,6 +54,9 @@ for r in "${roles[@]}"; do
     finish "$pid" "$rc"
   done
   echo "=== started: $r"
+  # A fresh Molecule state: `create` always runs, and `lab up` replaces any host an interrupted run left, so the
+  # scenarios start without a `destroy` (and without `syntax`: make lint's ansible-lint syntax-checks them).
+  rm -rf "$state/eph/$r"
   # Each line stamped with the seconds since the scenario started, so that the steps' times can be read back.
   (cd "$root/roles/$r" && MOLECULE_EPHEMERAL_DIRECTORY="$state/eph/$r" molecule test 2>&1 | stamp) >"$state/log/$r.log" &
   role_of[$!]="$r"; start_of[$!]=$(date +%s)
