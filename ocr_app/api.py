@@ -1,4 +1,4 @@
-"""The FastAPI app: routes, error -> JSON mapping, request context, and the engine's lifecycle.
+"""The FastAPI app: routes, request context, and the engine's lifecycle (errors -> HTTP: http/errors.py).
 
 The OCR work itself (admission, decode, engine) is ocr_app/pipeline.py's; this module is HTTP."""
 
@@ -15,10 +15,8 @@ from contextlib import asynccontextmanager, suppress
 from pathlib import Path
 
 from fastapi import Depends, FastAPI, Header, Query, Request
-from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
-from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -27,26 +25,20 @@ from .auth import KEY_HEADERS, KeyStore, require_caller
 from .config import Settings
 from .documents import MULTIPART_TYPE, SUPPORTED_TYPES, normalise_media_type, parse_page_selection
 from .engines import Engine, create_engine
-from .jobs.service import Jobs, check_webhook_url, no_database
+from .errors import (
+    ClientGone,
+    InvalidParameter,
+    JobsUnavailable,
+    NotReady,
+    PayloadTooLarge,
+    UnsupportedMediaType,
+)
+from .http.errors import ERROR_RESPONSES, add_error_handlers, error_response
+from .jobs.service import NO_DATABASE, Jobs, check_webhook_url
 from .logs import request_id_var
 from .metrics import Metrics
 from .pipeline import CLIENT_GONE, Job, Pipeline, Trace
-from .results import (
-    ERROR_RESPONSES,
-    ApiError,
-    ErrorBody,
-    ErrorDetail,
-    Health,
-    JobCreated,
-    JobStatus,
-    OcrResponse,
-    client_gone,
-    invalid_parameter,
-    job_urls,
-    not_ready,
-    too_large,
-    unsupported_media_type,
-)
+from .schemas import ErrorBody, Health, JobCreated, JobStatus, OcrResponse, job_urls
 from .shadow import SHADOW_HEADER, Offer, Shadow
 
 log = logging.getLogger("ocr_app.api")
@@ -103,8 +95,7 @@ class AppState:
     def require_jobs(self) -> Jobs:
         """The job service, or the 503 that says what is missing (a database, its schema)."""
         if self.jobs is None:
-            no_database()
-        assert self.jobs is not None
+            raise JobsUnavailable(NO_DATABASE)
         self.jobs.check()
         return self.jobs
 
@@ -187,11 +178,6 @@ def _available_memory_mb() -> int:
     return max(0, (avail or 0) // (1024 * 1024))
 
 
-def _error_response(status: int, code: str, message: str, request_id: str, headers=None) -> JSONResponse:
-    body = ErrorBody(error=ErrorDetail(code=code, message=message, request_id=request_id))
-    return JSONResponse(body.model_dump(), status_code=status, headers=headers)
-
-
 class RequestContext:
     """Request id, one access-log line, request metrics and last-resort 500s, around every request.
 
@@ -231,7 +217,7 @@ class RequestContext:
             log.exception("unhandled error")
             if status == 0:
                 status = 500
-                await _error_response(500, "internal_error", "internal server error", rid)(
+                await error_response(500, "internal_error", "internal server error", rid)(
                     scope, receive, send_with_id
                 )
         finally:
@@ -276,7 +262,7 @@ class RequestContext:
 def _check_media_type(content_type: str) -> None:
     media_type = normalise_media_type(content_type)
     if media_type != MULTIPART_TYPE and media_type not in SUPPORTED_TYPES:
-        raise unsupported_media_type(
+        raise UnsupportedMediaType(
             f"unsupported Content-Type {media_type or '(none)'!r}: send multipart/form-data "
             f"with a 'file' field, or one of {', '.join(SUPPORTED_TYPES)}"
         )
@@ -284,13 +270,13 @@ def _check_media_type(content_type: str) -> None:
 
 def _check_max_tokens(max_tokens: int | None, cap: int) -> None:
     if max_tokens is not None and max_tokens > cap:
-        raise invalid_parameter(f"max_tokens must be at most {cap} (vllm_max_tokens_cap)")
+        raise InvalidParameter(f"max_tokens must be at most {cap} (vllm_max_tokens_cap)")
 
 
 def _check_declared_length(request: Request, limit: int) -> None:
     declared = request.headers.get("content-length", "")
     if declared.isdigit() and int(declared) > limit:
-        raise too_large("payload_too_large", f"body of {declared} bytes exceeds {limit} bytes")
+        raise PayloadTooLarge(f"body of {declared} bytes exceeds {limit} bytes")
 
 
 async def _read_body(request: Request, limit: int) -> bytes:
@@ -299,9 +285,9 @@ async def _read_body(request: Request, limit: int) -> bytes:
         async for chunk in request.stream():
             buf += chunk
             if len(buf) > limit:  # chunked uploads: stop reading at the limit
-                raise too_large("payload_too_large", f"body exceeds {limit} bytes")
+                raise PayloadTooLarge(f"body exceeds {limit} bytes")
     except ClientDisconnect:  # an upload abandoned half way is the client's doing, not a 500
-        raise client_gone() from None
+        raise ClientGone() from None
     return bytes(buf)
 
 
@@ -373,24 +359,7 @@ def create_app(
     app.state.ocr = state
     app.add_middleware(RequestContext, state=state)
 
-    @app.exception_handler(ApiError)
-    async def _api_error(request: Request, err: ApiError) -> JSONResponse:
-        request.state.error = err.code
-        state.metrics.rejected.labels(err.code).inc()
-        return _error_response(err.status, err.code, err.message, request.state.request_id, err.headers)
-
-    @app.exception_handler(RequestValidationError)
-    async def _validation_error(request: Request, err: RequestValidationError) -> JSONResponse:
-        first = err.errors()[0] if err.errors() else {}
-        where = ".".join(str(p) for p in first.get("loc", ()))
-        return await _api_error(request, invalid_parameter(f"{where}: {first.get('msg', 'invalid')}"))
-
-    @app.exception_handler(StarletteHTTPException)
-    async def _http_error(request: Request, err: StarletteHTTPException) -> JSONResponse:
-        code = {404: "not_found", 405: "method_not_allowed"}.get(err.status_code, "http_error")
-        return _error_response(
-            err.status_code, code, str(err.detail), request.state.request_id, getattr(err, "headers", None)
-        )
+    add_error_handlers(app, state.metrics)
 
     @app.post(
         "/v1/ocr",
@@ -410,7 +379,7 @@ def create_app(
     ) -> OcrResponse:
         s = state.settings
         if state.status != "ready":
-            raise not_ready(state.status)
+            raise NotReady(state.status)
         content_type = request.headers.get("content-type", "")
         _check_media_type(content_type)
         job = Job(content_type, parse_page_selection(pages, s.max_pages), preview, max_tokens)
@@ -436,7 +405,7 @@ def create_app(
             if watcher is None or not watcher.done() or watcher.cancelled():
                 raise  # not the client's leaving (the server is stopping)
             work.uncancel()
-            raise client_gone() from None
+            raise ClientGone() from None
         finally:
             if watcher is not None:
                 watcher.cancel()

@@ -16,7 +16,7 @@ from pathlib import Path
 from fastapi import Request, Security
 from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials, HTTPBearer
 
-from .results import unauthorized
+from .errors import Unauthorized
 
 log = logging.getLogger("ocr_app.auth")
 
@@ -176,10 +176,10 @@ async def require_caller(
     else:
         key = bearer.credentials if bearer is not None else api_key
         if not key:
-            raise unauthorized("missing API key: send 'Authorization: Bearer <key>' or 'X-API-Key: <key>'")
+            raise Unauthorized("missing API key: send 'Authorization: Bearer <key>' or 'X-API-Key: <key>'")
         found = keys.authenticate(key)
         if found is None:
-            raise unauthorized("invalid API key")
+            raise Unauthorized("invalid API key")
         caller = found
     request.state.caller = caller
     return caller

@@ -42,7 +42,7 @@ from PIL import Image
 from . import documents
 from .config import Settings
 from .documents import MULTIPART_TYPE, Limits, PageImage, normalise_media_type
-from .results import ApiError, invalid_image, not_ready, too_large
+from .errors import DecodeCpuLimit, DecodeMemoryLimit, InvalidDocument, NotReady, OcrError
 from .sched import to_job_priority
 
 log = logging.getLogger("ocr_app.decode")
@@ -230,7 +230,8 @@ def count_document_pages(request: DecodeRequest, bound: int, cpu_s: int) -> tupl
 
 def _exit_out_of_memory() -> None:
     """The worker ends: what it freed stays mapped in its heap, under RLIMIT_AS, and the next document
-    would find its bound taken. The parent answers 413 (ProcessExpired with this code) and starts another."""
+    would find its bound taken. The parent answers DecodeMemoryLimit (ProcessExpired with this code) and
+    starts another."""
     os._exit(OUT_OF_MEMORY_EXIT)
 
 
@@ -241,13 +242,6 @@ def _probe() -> int:
 
 def _killed_by_backstop(future: Future) -> bool:
     return future.done() and not future.cancelled() and isinstance(future.exception(), TimeoutError)
-
-
-def memory_limit() -> ApiError:
-    return too_large(
-        "decode_memory_limit",
-        "decoding the document needed more memory than a worker may use (decode_memory_mb)",
-    )
 
 
 class DecodePool:
@@ -363,20 +357,21 @@ class DecodePool:
             self.on_killed(reason)
             raise error from None
         except BrokenProcessPool:
-            raise not_ready("decode pool restarting") from None
+            raise NotReady("decode pool restarting") from None
 
-    def _expired(self, err: ProcessExpired) -> tuple[str, ApiError]:
+    def _expired(self, err: ProcessExpired) -> tuple[str, OcrError]:
         if err.exitcode == -signal.SIGXCPU:
-            return "cpu_limit", too_large(
-                "decode_cpu_limit",
-                f"decoding the document took more than {self.bounds.cpu_s} s of CPU (decode_cpu_s)",
+            return "cpu_limit", DecodeCpuLimit(
+                f"decoding the document took more than {self.bounds.cpu_s} s of CPU (decode_cpu_s)"
             )
         # SIGKILL: the kernel's OOM killer, or a cgroup limit. OUT_OF_MEMORY_EXIT: Python's MemoryError
         # under RLIMIT_AS (the worker ends itself). SIGABRT: PDFium's allocator (and C++'s
         # std::bad_alloc) abort the process when RLIMIT_AS refuses memory; a Flate bomb in a PDF stream.
         if err.exitcode in (-signal.SIGKILL, -signal.SIGABRT, OUT_OF_MEMORY_EXIT):
-            return "memory_limit", memory_limit()
-        return "crashed", invalid_image(f"the decoder crashed on this document (exit {err.exitcode})")
+            return "memory_limit", DecodeMemoryLimit(
+                "decoding the document needed more memory than a worker may use (decode_memory_mb)"
+            )
+        return "crashed", InvalidDocument(f"the decoder crashed on this document (exit {err.exitcode})")
 
     def close(self) -> None:
         self._pool.stop()

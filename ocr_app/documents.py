@@ -20,7 +20,13 @@ import pypdfium2 as pdfium
 from PIL import Image, ImageOps, UnidentifiedImageError
 from python_multipart.multipart import MultipartParser, parse_options_header
 
-from .results import ApiError, invalid_image, invalid_parameter, too_large, unsupported_media_type
+from .errors import (
+    ImageTooLarge,
+    InvalidDocument,
+    InvalidParameter,
+    TooManyPages,
+    UnsupportedMediaType,
+)
 
 if TYPE_CHECKING:
     from .config import Settings
@@ -100,18 +106,18 @@ def parse_page_selection(spec: str | None, max_pages: int) -> list[int] | None:
     if spec is None:
         return None
     if not _SELECTION_RE.fullmatch(spec):
-        raise invalid_parameter(f"pages must look like '1-3,5', got {spec[:40]!r}")
+        raise InvalidParameter(f"pages must look like '1-3,5', got {spec[:40]!r}")
     pages: set[int] = set()
     for part in spec.split(","):
         lo, _, hi = part.partition("-")
         first, last = int(lo), int(hi or lo)
         if first < 1 or last < first:
-            raise invalid_parameter(f"invalid page range {part.strip()!r}: pages start at 1")
+            raise InvalidParameter(f"invalid page range {part.strip()!r}: pages start at 1")
         if last - first + 1 > max_pages or len(pages) > max_pages:
-            raise too_large("too_many_pages", f"at most {max_pages} pages per request")
+            raise TooManyPages(f"at most {max_pages} pages per request")
         pages.update(range(first, last + 1))
     if len(pages) > max_pages:
-        raise too_large("too_many_pages", f"at most {max_pages} pages per request")
+        raise TooManyPages(f"at most {max_pages} pages per request")
     return sorted(pages)
 
 
@@ -135,13 +141,13 @@ def sniff(data: bytes) -> str | None:
 
 def classify(data: bytes, declared: str) -> str:
     if not data:
-        raise invalid_image("empty document")
+        raise InvalidDocument("empty document")
     found = sniff(data)
     if found:
         return found
     if declared in SUPPORTED_TYPES or declared in ("", "application/octet-stream"):
-        raise invalid_image("not a PNG, JPEG, WebP, TIFF, BMP or PDF document")
-    raise unsupported_media_type(f"unsupported media type {declared!r}")
+        raise InvalidDocument("not a PNG, JPEG, WebP, TIFF, BMP or PDF document")
+    raise UnsupportedMediaType(f"unsupported media type {declared!r}")
 
 
 # A form sends `file` and perhaps a few fields beside it. Parsing stops at the first part past this bound:
@@ -158,7 +164,7 @@ def extract_multipart_file(body: bytes, content_type: str) -> tuple[bytes, str]:
     _, params = parse_options_header(content_type)
     boundary = params.get(b"boundary")
     if not boundary:
-        raise invalid_parameter("multipart/form-data without a boundary")
+        raise InvalidParameter("multipart/form-data without a boundary")
 
     parts: list[dict] = []
     current: dict = {}
@@ -194,15 +200,15 @@ def extract_multipart_file(body: bytes, content_type: str) -> tuple[bytes, str]:
         parser.write(body)
         parser.finalize()
     except _Unbounded as err:
-        raise invalid_parameter(f"multipart body with {err}: send the document as one 'file' field") from None
+        raise InvalidParameter(f"multipart body with {err}: send the document as one 'file' field") from None
     except Exception as err:  # python-multipart raises several error types for bad framing
-        raise invalid_parameter(f"malformed multipart body: {err}") from None
+        raise InvalidParameter(f"malformed multipart body: {err}") from None
     for part in parts:
         _, disp = parse_options_header(part["headers"].get(b"content-disposition", b""))
         if disp.get(b"name") == b"file":
             ctype = normalise_media_type(part["headers"].get(b"content-type", b"").decode("latin-1"))
             return b"".join(part["data"]), ctype
-    raise invalid_parameter("multipart body has no 'file' field")
+    raise InvalidParameter("multipart body has no 'file' field")
 
 
 def load_pages(
@@ -235,7 +241,7 @@ def count_pages(data: bytes, media_type: str, bound: int) -> int:
             try:
                 pdf = pdfium.PdfDocument(data)
             except pdfium.PdfiumError as err:
-                raise invalid_image(f"cannot open PDF: {err}") from None
+                raise InvalidDocument(f"cannot open PDF: {err}") from None
             try:
                 return min(len(pdf), bound)
             finally:
@@ -244,9 +250,9 @@ def count_pages(data: bytes, media_type: str, bound: int) -> int:
         im = Image.open(BytesIO(data), formats=list(RASTER_TYPES.values()))
         return _count_frames(im, bound)
     except Image.DecompressionBombError as err:
-        raise too_large("image_too_large", str(err)) from None
+        raise ImageTooLarge(str(err)) from None
     except (UnidentifiedImageError, OSError, SyntaxError, ValueError, TypeError, KeyError, IndexError) as err:
-        raise invalid_image(f"cannot decode image: {err}") from None
+        raise InvalidDocument(f"cannot decode image: {err}") from None
 
 
 def preview_data_url(image: Image.Image) -> str:
@@ -262,9 +268,9 @@ def preview_data_url(image: Image.Image) -> str:
 def _select(selection: list[int] | None, count: int, limits: Limits) -> list[int]:
     numbers = selection or list(range(1, count + 1))
     if numbers[-1] > count:
-        raise invalid_parameter(f"page {numbers[-1]} is out of range: the document has {count} page(s)")
+        raise InvalidParameter(f"page {numbers[-1]} is out of range: the document has {count} page(s)")
     if len(numbers) > limits.max_pages:
-        raise too_large("too_many_pages", f"the document has {count} pages; at most {limits.max_pages}")
+        raise TooManyPages(f"the document has {count} pages; at most {limits.max_pages}")
     return numbers
 
 
@@ -278,8 +284,8 @@ MAX_PDF_PAGE_PT = 14_400.0
 MAX_PDF_PAGE_OBJECTS = 100_000
 
 
-def _unloadable_page(number: int, err: Exception) -> ApiError:
-    return invalid_image(f"cannot load PDF page {number}: {err}")
+def _unloadable_page(number: int, err: Exception) -> InvalidDocument:
+    return InvalidDocument(f"cannot load PDF page {number}: {err}")
 
 
 def _check_pdf_page_sizes(pdf: pdfium.PdfDocument, numbers: list[int]) -> None:
@@ -290,7 +296,7 @@ def _check_pdf_page_sizes(pdf: pdfium.PdfDocument, numbers: list[int]) -> None:
         except pdfium.PdfiumError as err:
             raise _unloadable_page(number, err) from None
         if not (0 < w_pt <= MAX_PDF_PAGE_PT and 0 < h_pt <= MAX_PDF_PAGE_PT):
-            raise invalid_image(
+            raise InvalidDocument(
                 f"PDF page {number} is {w_pt:g} x {h_pt:g} pt: a page is at most 14 400 pt (200 in) a side"
             )
 
@@ -334,7 +340,7 @@ def _load_pdf_pages(pdf: pdfium.PdfDocument, numbers: list[int]) -> list[pdfium.
         if count > MAX_PDF_PAGE_OBJECTS:
             nesting = f" (form XObjects nested {deepest} deep)" if deepest else ""
             bound = f"{MAX_PDF_PAGE_OBJECTS:,}".replace(",", " ")
-            raise invalid_image(
+            raise InvalidDocument(
                 f"PDF page {number} draws more than {bound} objects{nesting}: a page draws at most {bound}"
             )
     return pages
@@ -346,7 +352,7 @@ def _pdf_pages(data: bytes, selection: list[int] | None, limits: Limits) -> list
         try:
             pdf = pdfium.PdfDocument(data)
         except pdfium.PdfiumError as err:
-            raise invalid_image(f"cannot open PDF: {err}") from None
+            raise InvalidDocument(f"cannot open PDF: {err}") from None
         try:
             numbers = _select(selection, len(pdf), limits)
             _check_pdf_page_sizes(pdf, numbers)
@@ -360,7 +366,7 @@ def _pdf_pages(data: bytes, selection: list[int] | None, limits: Limits) -> list
                     scale = min(full, limits.max_image_side / max(w_pt, h_pt, 1.0))
                     image = page.render(scale=scale, may_draw_forms=True).to_pil().convert("RGB")
                 except pdfium.PdfiumError as err:
-                    raise invalid_image(f"cannot render PDF page {number}: {err}") from None
+                    raise InvalidDocument(f"cannot render PDF page {number}: {err}") from None
                 finally:
                     page.close()  # the rest close with the document
                 ratio = full / scale
@@ -377,18 +383,18 @@ def _raster_pages(data: bytes, selection: list[int] | None, limits: Limits) -> l
         # Frames are walked only as far as the request needs: a 20 000-frame TIFF costs 51 IFD reads.
         count = _count_frames(im, selection[-1] if selection else limits.max_pages + 1)
     except Image.DecompressionBombError as err:
-        raise too_large("image_too_large", str(err)) from None
+        raise ImageTooLarge(str(err)) from None
     # Pillow raises TypeError/KeyError/IndexError too for corrupt TIFF directories.
     except (UnidentifiedImageError, OSError, SyntaxError, ValueError, TypeError, KeyError, IndexError) as err:
-        raise invalid_image(f"cannot decode image: {err}") from None
+        raise InvalidDocument(f"cannot decode image: {err}") from None
     if selection is None and count > limits.max_pages:
-        raise too_large("too_many_pages", f"the document has more than {limits.max_pages} pages")
+        raise TooManyPages(f"the document has more than {limits.max_pages} pages")
     out = []
     for number in _select(selection, count, limits):
         try:
             im.seek(number - 1)
         except (EOFError, OSError, SyntaxError, ValueError, TypeError, KeyError, IndexError) as err:
-            raise invalid_image(f"cannot read image page {number}: {err}") from None
+            raise InvalidDocument(f"cannot read image page {number}: {err}") from None
         page = _prepare_frame(im, data, number, limits)
         if page.image is im and count > 1:  # the frame itself: the next seek would turn it into another
             page.image = im.copy()
@@ -413,8 +419,7 @@ def _count_frames(im: Image.Image, bound: int) -> int:
 def _prepare_frame(im: Image.Image, data: bytes, number: int, limits: Limits) -> PageImage:
     raw_w, raw_h = im.size
     if raw_w * raw_h > limits.max_pixels:
-        raise too_large(
-            "image_too_large",
+        raise ImageTooLarge(
             f"page {number} is {raw_w}x{raw_h} = {raw_w * raw_h} pixels; at most {limits.max_pixels}",
         )
     try:
@@ -430,9 +435,9 @@ def _prepare_frame(im: Image.Image, data: bytes, number: int, limits: Limits) ->
                 im = ImageOps.exif_transpose(im)
             rgb = _to_rgb(im)
     except Image.DecompressionBombError as err:
-        raise too_large("image_too_large", str(err)) from None
+        raise ImageTooLarge(str(err)) from None
     except (OSError, SyntaxError, ValueError, EOFError, TypeError, KeyError, IndexError) as err:
-        raise invalid_image(f"cannot decode image page {number}: {err}") from None
+        raise InvalidDocument(f"cannot decode image page {number}: {err}") from None
     width, height = (raw_h, raw_w) if orientation in (5, 6, 7, 8) else (raw_w, raw_h)
     if bgr is not None:
         bgr = _shrink_array(bgr, limits.max_image_side)
@@ -520,7 +525,6 @@ def _to_rgb(im: Image.Image) -> Image.Image:
 __all__ = [
     "MULTIPART_TYPE",
     "SUPPORTED_TYPES",
-    "ApiError",
     "Limits",
     "PageImage",
     "classify",

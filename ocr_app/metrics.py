@@ -15,7 +15,7 @@ from prometheus_client import (
 from prometheus_client.core import CounterMetricFamily
 from prometheus_client.registry import Collector
 
-from .results import not_ready, overloaded, timeout
+from .errors import NotReady, Overloaded, Timeout
 
 # OCR takes from tens of milliseconds (a receipt on a GPU) to minutes (a 50-page PDF on a CPU).
 _SECONDS = (0.05, 0.1, 0.25, 0.5, 1, 2, 4, 8, 15, 30, 60, 120, 300)
@@ -39,8 +39,8 @@ class Metrics:
         )
         self.rejected = Counter("ocr_rejected", "Requests refused, by error code", ["reason"], registry=r)
         # Capacity refusals exist at 0 from the start: rate() then sees an instance's very first one.
-        for err in (overloaded(1), not_ready("loading"), timeout(0)):
-            self.rejected.labels(err.code)
+        for code in (Overloaded.code, NotReady.code, Timeout.code):
+            self.rejected.labels(code)
         self.decode_killed = Counter(
             "ocr_decode_workers_killed",
             "Decode workers stopped (and replaced), by reason: "

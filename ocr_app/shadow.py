@@ -27,7 +27,7 @@ from rapidfuzz.distance import Levenshtein
 
 from .config import Settings
 from .evaluation import squeeze
-from .results import OcrResponse
+from .schemas import OcrResponse
 
 log = logging.getLogger("ocr_app.shadow")
 

@@ -21,10 +21,11 @@ import psycopg
 import pytest
 
 from ocr_app.config import ConfigError, load_settings
+from ocr_app.errors import InvalidWebhook
+from ocr_app.http.errors import http_status
 from ocr_app.jobs import schema, webhooks
 from ocr_app.jobs.service import check_webhook_url
 from ocr_app.jobs.store import JobStore
-from ocr_app.results import ApiError
 
 from .test_errors import assert_error
 from .test_jobs import StallServer, doc, make_server, submit, submit_ok, wait_status
@@ -242,9 +243,9 @@ def test_a_url_outside_the_allow_list_is_refused_at_submit(hooks_srv, receiver):
 
 
 def test_without_an_allow_list_webhooks_are_refused():
-    with pytest.raises(ApiError) as err:
+    with pytest.raises(InvalidWebhook) as err:
         check_webhook_url("http://127.0.0.1:9/hooks/", [])  # the default: an empty list
-    assert (err.value.status, err.value.code) == (400, "invalid_webhook")
+    assert (http_status(err.value), err.value.code) == (400, "invalid_webhook")
     assert "job_webhook_allowed_urls is empty" in err.value.message
     check_webhook_url(None, [])  # no webhook asked for: nothing to check
 

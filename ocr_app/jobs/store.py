@@ -18,7 +18,7 @@ from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 from psycopg_pool import AsyncConnectionPool
 
-from ..results import ApiError, idempotency_conflict, jobs_unavailable, too_many_jobs
+from ..errors import IdempotencyConflict, JobsUnavailable, TooManyJobs
 from . import schema
 
 log = logging.getLogger("ocr_app.jobs")
@@ -78,11 +78,11 @@ class JobStore:
         await self.pool.close()
 
     # The reasons the job routes refuse, checked on every request.
-    def refusal(self) -> ApiError | None:
+    def refusal(self) -> JobsUnavailable | None:
         if self.schema_version is None:
-            return jobs_unavailable("the job database has not been reached yet (database_url)")
+            return JobsUnavailable("the job database has not been reached yet (database_url)")
         if self.schema_version < schema.LATEST:
-            return jobs_unavailable(schema.behind_message(self.schema_version))
+            return JobsUnavailable(schema.behind_message(self.schema_version))
         return None
 
     async def check_schema(self) -> int:
@@ -128,7 +128,7 @@ class JobStore:
                 ).fetchone()
                 if row is not None:
                     if row[1] != fingerprint:
-                        raise idempotency_conflict()
+                        raise IdempotencyConflict()
                     return row[0], False
             row = await (
                 await conn.execute(
@@ -137,7 +137,7 @@ class JobStore:
                 )
             ).fetchone()
             if row is not None and row[0] >= max_in_flight:
-                raise too_many_jobs(max_in_flight)
+                raise TooManyJobs(max_in_flight)
             await conn.execute(
                 "INSERT INTO ocr_jobs (id, owner, idempotency_key, fingerprint, content_type, options,"
                 " status, pages) VALUES (%s, %s, %s, %s, %s, %s, 'queued', %s)",
@@ -474,6 +474,6 @@ class JobStore:
         return by_status, int(row[0]), float(row[1])
 
 
-def unavailable(err: psycopg.Error) -> ApiError:
+def unavailable(err: psycopg.Error) -> JobsUnavailable:
     log.warning("job database error: %s", type(err).__name__)
-    return jobs_unavailable("the job database is unavailable; retry later")
+    return JobsUnavailable("the job database is unavailable; retry later")

@@ -23,9 +23,10 @@ import httpx
 import psycopg
 
 from ..config import Settings
+from ..errors import OcrError, Unavailable
 from ..metrics import Metrics
 from ..pipeline import Job, Pipeline
-from ..results import ApiError, job_urls
+from ..schemas import job_urls
 from . import webhooks
 from .store import Claim, Delivery, JobStore
 
@@ -157,8 +158,8 @@ class JobWorker:
             try:  # no await between background_may_start() and run_background counting the page
                 result = (await self.pipeline.run_background(body, job))[0].model_dump_json()
                 error = None
-            except ApiError as err:
-                if err.status == 503:  # this instance's trouble (engine, decode pool, busy), not the page's
+            except OcrError as err:
+                if isinstance(err, Unavailable):  # this instance's trouble (engine, decode pool, busy)
                     await self.store.release(self.id, claim)
                     await asyncio.sleep(self.settings.job_poll_s)
                     return
