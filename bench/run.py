@@ -48,8 +48,9 @@ import yaml
 from PIL import Image, ImageFilter
 
 from ocr_app.config import Settings, load_settings
-from ocr_app.decode import DecodePool, DecodeRequest
-from ocr_app.documents import Limits, load_pages
+from ocr_app.documents.decode import DecodePool, DecodeRequest
+from ocr_app.documents.image import Limits
+from ocr_app.documents.pages import load_pages
 from ocr_app.engines import create_engine, resolve_engine_name
 from ocr_app.metrics import Metrics
 from ocr_app.pipeline import Job, Pipeline

@@ -23,7 +23,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from . import __version__, systemd, web
 from .auth import KEY_HEADERS, KeyStore, require_caller
 from .config import Settings
-from .documents import MULTIPART_TYPE, SUPPORTED_TYPES, normalise_media_type, parse_page_selection
+from .documents.upload import MULTIPART_TYPE, SUPPORTED_TYPES, normalise_media_type, parse_page_selection
 from .engines import Engine, create_engine
 from .errors import (
     ClientGone,

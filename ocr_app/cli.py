@@ -225,7 +225,7 @@ def _client(args: argparse.Namespace):
 
 
 def cmd_ocr(args: argparse.Namespace) -> int:
-    from .documents import sniff
+    from .documents.upload import sniff
 
     data = Path(args.file).read_bytes()
     headers = {"Content-Type": sniff(data) or "application/octet-stream"}

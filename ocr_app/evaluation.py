@@ -20,7 +20,7 @@ import httpx
 from rapidfuzz.distance import Levenshtein
 
 from .config import ConfigError
-from .documents import sniff
+from .documents.upload import sniff
 
 
 @dataclass

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import re
 
-from .documents import PageImage
+from .documents.image import PageImage
 from .engines.base import Engine, EngineLine
 
 BBox = tuple[float, float, float, float]

@@ -24,7 +24,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from .config import Settings
-from .decode import DecodePool
+from .documents.decode import DecodePool
 from .engines import Engine
 from .metrics import Metrics
 

@@ -294,7 +294,7 @@ def follow(
 
 
 def submit(client: httpx.Client, args) -> int:
-    from .documents import sniff
+    from .documents.upload import sniff
 
     path = Path(args.file)
     try:

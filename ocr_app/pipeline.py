@@ -14,8 +14,8 @@ from dataclasses import dataclass
 
 from .admission import Admission
 from .config import Settings
-from .decode import DecodePool, DecodeRequest
-from .documents import PageImage
+from .documents.decode import DecodePool, DecodeRequest
+from .documents.image import PageImage
 from .engines import Engine, EngineError, EnginePage
 from .errors import JobPageTimeout, NotReady, RequestTimeout
 from .health import HealthMonitor

@@ -9,15 +9,14 @@ import pypdfium2 as pdfium
 import pytest
 from PIL import Image
 
-from ocr_app.documents import (
+from ocr_app.documents.image import Limits, shrink
+from ocr_app.documents.pages import load_pages
+from ocr_app.documents.pdf import MAX_PDF_PAGE_OBJECTS
+from ocr_app.documents.upload import (
     MAX_MULTIPART_PARTS,
-    MAX_PDF_PAGE_OBJECTS,
-    Limits,
     classify,
     extract_multipart_file,
-    load_pages,
     parse_page_selection,
-    shrink,
 )
 from ocr_app.errors import OcrError
 

@@ -10,7 +10,7 @@ import random
 import jiwer
 import pytest
 
-from ocr_app.documents import PageImage
+from ocr_app.documents.image import PageImage
 from ocr_app.engines.rapidocr import RapidOcrEngine
 from ocr_app.layout import page_layout, reading_order, row_order
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from PIL import Image, ImageDraw, ImageFont
 
-from ..documents import PageImage
+from ..documents.image import PageImage
 
 SELF_TEST_TEXT = "OCR self-test 2048"
 

@@ -31,7 +31,7 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
-from ..documents import PageImage
+from ..documents.image import PageImage
 from ..layout import page_layout
 from ..sched import JOB_PRIORITY, to_job_priority
 from .base import Engine, EngineBlock, EngineError, EngineLine, EnginePage, PriorityGate, model_label

@@ -35,7 +35,7 @@ from pathlib import Path
 import numpy as np
 
 from ..config import Settings
-from ..documents import PageImage
+from ..documents.image import PageImage
 from ..grounding import Grounder, align, union
 from .base import (
     SELF_TEST_TEXT,

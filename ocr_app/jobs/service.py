@@ -15,7 +15,7 @@ from contextlib import contextmanager
 import psycopg
 
 from ..config import Settings
-from ..decode import DecodeRequest
+from ..documents.decode import DecodeRequest
 from ..errors import InvalidParameter, InvalidWebhook, JobNotFinished, JobNotFound, TooManyPages
 from ..metrics import Metrics
 from ..pipeline import Pipeline

@@ -39,11 +39,12 @@ import numpy as np
 from pebble import ProcessExpired, ProcessPool
 from PIL import Image
 
-from . import documents
-from .config import Settings
-from .documents import MULTIPART_TYPE, Limits, PageImage, normalise_media_type
-from .errors import DecodeCpuLimit, DecodeMemoryLimit, InvalidDocument, NotReady, OcrError
-from .sched import to_job_priority
+from ..config import Settings
+from ..errors import DecodeCpuLimit, DecodeMemoryLimit, InvalidDocument, NotReady, OcrError
+from ..sched import to_job_priority
+from .image import Limits, PageImage
+from .pages import count_pages, load_pages
+from .upload import MULTIPART_TYPE, classify, extract_multipart_file, normalise_media_type
 
 log = logging.getLogger("ocr_app.decode")
 MiB = 1024 * 1024
@@ -196,9 +197,9 @@ def decode_document(request: DecodeRequest, limits: Limits, cpu_s: int, pages_at
     try:
         body, media_type = request.body, request.media_type
         if media_type == MULTIPART_TYPE:
-            body, media_type = documents.extract_multipart_file(body, request.content_type)
-        media_type = documents.classify(body, media_type)
-        pages = documents.load_pages(body, media_type, request.selection, limits, request.preview, bgr=True)
+            body, media_type = extract_multipart_file(body, request.content_type)
+        media_type = classify(body, media_type)
+        pages = load_pages(body, media_type, request.selection, limits, request.preview, bgr=True)
         out = []
         for p in pages:
             path = f"{pages_at}-{p.number}"
@@ -219,8 +220,8 @@ def count_document_pages(request: DecodeRequest, bound: int, cpu_s: int) -> tupl
     try:
         body, media_type = request.body, request.media_type
         if media_type == MULTIPART_TYPE:
-            body, media_type = documents.extract_multipart_file(body, request.content_type)
-        count = documents.count_pages(body, documents.classify(body, media_type), bound)
+            body, media_type = extract_multipart_file(body, request.content_type)
+        count = count_pages(body, classify(body, media_type), bound)
         return count, hashlib.sha256(body).hexdigest()
     except MemoryError:
         _exit_out_of_memory()
@@ -282,7 +283,7 @@ class DecodePool:
     def _new_pool(self) -> ProcessPool:
         ctx = multiprocessing.get_context("forkserver")
         # The decoders are imported once in the forkserver; each worker is a fork of it.
-        ctx.set_forkserver_preload(["__main__", "ocr_app.decode"])
+        ctx.set_forkserver_preload(["__main__", "ocr_app.documents.decode"])
         return ProcessPool(
             max_workers=self.workers,
             initializer=_init_worker,
