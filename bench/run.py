@@ -53,7 +53,7 @@ from ocr_app.documents.image import Limits
 from ocr_app.documents.pages import load_pages
 from ocr_app.engines import create_engine, resolve_engine_name
 from ocr_app.metrics import Metrics
-from ocr_app.pipeline import Job, Pipeline
+from ocr_app.ocr.pipeline import Job, Pipeline
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS_FILE = Path(__file__).resolve().parent / "results.json"
@@ -532,7 +532,7 @@ def peer_pass(peer: Process, docs: list[Doc], concurrency: int) -> PassResult:
 
 
 class DirectEngine:
-    """The service's own pipeline (ocr_app/pipeline.py: admission, decode pool, engine, response) with the
+    """The service's own pipeline (ocr_app/ocr/pipeline.py: admission, decode pool, engine, response) with the
     service's settings, driven in this process: what the service could at best do without HTTP."""
 
     def __init__(self, settings: Settings):

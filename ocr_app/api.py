@@ -1,6 +1,6 @@
 """The FastAPI app: routes, request context, and the engine's lifecycle (errors -> HTTP: http/errors.py).
 
-The OCR work itself (admission, decode, engine) is ocr_app/pipeline.py's; this module is HTTP."""
+The OCR work itself (admission, decode, engine) is ocr_app/ocr/pipeline.py's; this module is HTTP."""
 
 from __future__ import annotations
 
@@ -37,7 +37,7 @@ from .http.errors import ERROR_RESPONSES, add_error_handlers, error_response
 from .jobs.service import NO_DATABASE, Jobs, check_webhook_url
 from .logs import request_id_var
 from .metrics import Metrics
-from .pipeline import CLIENT_GONE, Job, Pipeline, Trace
+from .ocr.pipeline import CLIENT_GONE, Job, Pipeline, Trace
 from .schemas import ErrorBody, Health, JobCreated, JobStatus, OcrResponse, job_urls
 from .shadow import SHADOW_HEADER, Offer, Shadow
 

@@ -48,7 +48,7 @@ class Metrics:
             ["reason"],
             registry=r,
         )
-        # How late the event loop's periodic wake-up is (ocr_app/health.py), one sample every 0.25 s. A
+        # How late the event loop's periodic wake-up is (ocr_app/ocr/health.py), one sample every 0.25 s. A
         # histogram rather than a gauge of the recent max: a scrape cannot miss a spike between two scrapes,
         # rate(_sum) is the share of time requests waited on a busy loop, and the buckets above 0.1 s
         # count the blocks an operator alerts on (a healthy loop stays in the lowest buckets).

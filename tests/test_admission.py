@@ -7,10 +7,10 @@ import asyncio
 
 import pytest
 
-from ocr_app.admission import Admission
 from ocr_app.engines.base import PriorityGate
 from ocr_app.errors import Overloaded
 from ocr_app.http.errors import http_status
+from ocr_app.ocr.admission import Admission
 
 
 def test_job_pages_start_only_while_interactive_requests_leave_room():

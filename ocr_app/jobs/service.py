@@ -18,7 +18,7 @@ from ..config import Settings
 from ..documents.decode import DecodeRequest
 from ..errors import InvalidParameter, InvalidWebhook, JobNotFinished, JobNotFound, TooManyPages
 from ..metrics import Metrics
-from ..pipeline import Pipeline
+from ..ocr.pipeline import Pipeline
 from . import events, webhooks
 from .store import FINISHED, JobStore, unavailable
 from .worker import JobWorker, SecretOf

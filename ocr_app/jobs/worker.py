@@ -25,7 +25,7 @@ import psycopg
 from ..config import Settings
 from ..errors import OcrError, Unavailable
 from ..metrics import Metrics
-from ..pipeline import Job, Pipeline
+from ..ocr.pipeline import Job, Pipeline
 from ..schemas import job_urls
 from . import webhooks
 from .store import Claim, Delivery, JobStore

@@ -12,7 +12,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 
-from .errors import Overloaded
+from ..errors import Overloaded
 
 
 class Admission:

@@ -12,15 +12,15 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
+from ..config import Settings
+from ..documents.decode import DecodePool, DecodeRequest
+from ..documents.image import PageImage
+from ..engines import Engine, EngineError, EnginePage
+from ..errors import JobPageTimeout, NotReady, RequestTimeout
+from ..metrics import Metrics
+from ..schemas import Block, Line, OcrResponse, Page, Timings
 from .admission import Admission
-from .config import Settings
-from .documents.decode import DecodePool, DecodeRequest
-from .documents.image import PageImage
-from .engines import Engine, EngineError, EnginePage
-from .errors import JobPageTimeout, NotReady, RequestTimeout
 from .health import HealthMonitor
-from .metrics import Metrics
-from .schemas import Block, Line, OcrResponse, Page, Timings
 
 # The cancel message when a request's client has gone: the label its killed decode worker is counted under.
 CLIENT_GONE = "client_gone"

@@ -23,10 +23,10 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from .config import Settings
-from .documents.decode import DecodePool
-from .engines import Engine
-from .metrics import Metrics
+from ..config import Settings
+from ..documents.decode import DecodePool
+from ..engines import Engine
+from ..metrics import Metrics
 
 log = logging.getLogger("ocr_app.health")
 
