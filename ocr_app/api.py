@@ -24,7 +24,8 @@ from . import __version__, systemd, web
 from .auth import KEY_HEADERS, KeyStore, require_caller
 from .config import Settings
 from .documents.upload import MULTIPART_TYPE, SUPPORTED_TYPES, normalise_media_type, parse_page_selection
-from .engines import Engine, create_engine
+from .engines import create_engine
+from .engines.base import Engine
 from .errors import (
     ClientGone,
     InvalidParameter,

@@ -78,7 +78,8 @@ def cmd_check(args: argparse.Namespace) -> int:
     not given: a release is checked while the running one holds that device, and a second claim fails.
     `serve` always loads and self-tests before it reports ready."""
     from .auth import KeyStore
-    from .engines import EngineError, create_engine
+    from .engines import create_engine
+    from .engines.base import EngineError
 
     settings = _settings(args)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
@@ -201,7 +202,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
 def cmd_rapidocr_models(args: argparse.Namespace) -> int:
     """The CPU engine's models as a model revision, from the installed rapidocr wheel (no network)."""
-    from .engines.rapidocr import export_wheel_models
+    from .engines.rapidocr.revision import export_wheel_models
 
     out = Path(args.dir)
     if out.exists() and any(out.iterdir()):
@@ -472,7 +473,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except Exception as err:
         from .auth import KeyFileError
-        from .engines import EngineError
+        from .engines.base import EngineError
 
         if isinstance(err, (KeyFileError, EngineError, OSError)):
             print(f"ocr-app: {err}", file=sys.stderr)

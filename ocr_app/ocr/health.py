@@ -25,7 +25,7 @@ from contextlib import contextmanager
 
 from ..config import Settings
 from ..documents.decode import DecodePool
-from ..engines import Engine
+from ..engines.base import Engine
 from ..metrics import Metrics
 
 log = logging.getLogger("ocr_app.health")

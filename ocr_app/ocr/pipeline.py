@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from ..config import Settings
 from ..documents.decode import DecodePool, DecodeRequest
 from ..documents.image import PageImage
-from ..engines import Engine, EngineError, EnginePage
+from ..engines.base import Engine, EngineError, EnginePage
 from ..errors import JobPageTimeout, NotReady, RequestTimeout
 from ..metrics import Metrics
 from ..schemas import Block, Line, OcrResponse, Page, Timings

@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import re
 
-from .documents.image import PageImage
-from .engines.base import Engine, EngineLine
+from ...documents.image import PageImage
+from ..base import Engine, EngineLine
 
 BBox = tuple[float, float, float, float]
 
