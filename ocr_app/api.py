@@ -34,13 +34,13 @@ from .errors import (
     PayloadTooLarge,
     UnsupportedMediaType,
 )
+from .fleet.shadow import SHADOW_HEADER, Offer, Shadow
 from .http.errors import ERROR_RESPONSES, add_error_handlers, error_response
 from .jobs.service import NO_DATABASE, Jobs, check_webhook_url
 from .logs import request_id_var
 from .metrics import Metrics
 from .ocr.pipeline import CLIENT_GONE, Job, Pipeline, Trace
 from .schemas import ErrorBody, Health, JobCreated, JobStatus, OcrResponse, job_urls
-from .shadow import SHADOW_HEADER, Offer, Shadow
 
 log = logging.getLogger("ocr_app.api")
 access_log = logging.getLogger("ocr_app.access")
@@ -210,7 +210,7 @@ class RequestContext:
 
         try:
             await self.app(scope, receive, send_with_id)
-            # The client has its answer: only now may a replay to a canary start (ocr_app/shadow.py).
+            # The client has its answer: only now may a replay to a canary start (ocr_app/fleet/shadow.py).
             offer = req_state.pop("shadow", None)
             if offer is not None and status == 200:
                 self.state.shadow.offer(offer)
@@ -411,7 +411,7 @@ def create_app(
             if watcher is not None:
                 watcher.cancel()
             request.state.bytes, request.state.pages = trace.bytes, trace.pages
-        # For a replay to a canary (ocr_app/shadow.py), which RequestContext offers once the answer is sent.
+        # For a replay to a canary (ocr_app/fleet/shadow.py), offered by RequestContext once answered.
         if s.shadow_file is not None and SHADOW_HEADER not in request.headers:  # a replay is not replayed
             request.state.shadow = Offer(
                 body=body,

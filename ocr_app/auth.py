@@ -158,7 +158,7 @@ def _write_atomic(path: Path, text: str) -> None:
 
 
 # The headers a key may come in (require_caller reads both): what a request replayed on the caller's behalf
-# carries over (ocr_app/shadow.py).
+# carries over (ocr_app/fleet/shadow.py).
 KEY_HEADERS = ("Authorization", "X-API-Key")
 _bearer = HTTPBearer(auto_error=False, description="Authorization: Bearer <key>")
 _api_key = APIKeyHeader(name=KEY_HEADERS[1], auto_error=False, description="the same key, as X-API-Key")

@@ -254,7 +254,7 @@ def cmd_ocr(args: argparse.Namespace) -> int:
 
 def cmd_eval(args: argparse.Namespace) -> int:
     """An evaluation set read by a running service: CER and latency, optionally gated against a baseline."""
-    from . import evaluation as ev
+    from .fleet import evaluation as ev
 
     if args.repeat < 1:
         raise ConfigError("--repeat: at least 1")
@@ -281,8 +281,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
 
 def cmd_jobs(args: argparse.Namespace) -> int:
-    """Bulk jobs through a running service: submit (and follow), status, result, cancel (jobclient.py)."""
-    from . import jobclient
+    """Bulk jobs through a running service: submit (and follow), status, result, cancel (fleet.jobclient)."""
+    from .fleet import jobclient
 
     return jobclient.run(args, _client)
 

@@ -94,7 +94,7 @@ class Metrics:
         )
         for outcome in ("delivered", "retried", "failed"):
             self.job_webhooks.labels(outcome)
-        # ocr_shadow_* (the canary replays) are ocr_app/shadow.py's, in this registry.
+        # ocr_shadow_* (the canary replays) are ocr_app/fleet/shadow.py's, in this registry.
         self.inflight = Gauge("ocr_inflight_requests", "Interactive OCR requests being processed", registry=r)
         self.job_pages_inflight = Gauge(
             "ocr_job_pages_inflight", "Bulk-job pages this instance is reading", registry=r

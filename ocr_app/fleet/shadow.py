@@ -25,9 +25,9 @@ import httpx
 from prometheus_client import CollectorRegistry, Counter
 from rapidfuzz.distance import Levenshtein
 
-from .config import Settings
+from ..config import Settings
+from ..schemas import OcrResponse
 from .evaluation import squeeze
-from .schemas import OcrResponse
 
 log = logging.getLogger("ocr_app.shadow")
 

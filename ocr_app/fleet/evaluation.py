@@ -19,8 +19,8 @@ from pathlib import Path
 import httpx
 from rapidfuzz.distance import Levenshtein
 
-from .config import ConfigError
-from .documents.upload import sniff
+from ..config import ConfigError
+from ..documents.upload import sniff
 
 
 @dataclass
@@ -52,7 +52,7 @@ class Margins:
 
 def squeeze(text: str) -> str:
     """Text as compared: whitespace removed (engines break lines and space columns differently; what matters
-    is what they read). ocr_app/shadow.py compares a canary's answers the same way."""
+    is what they read). shadow.py compares a canary's answers the same way."""
     return "".join(text.split())
 
 

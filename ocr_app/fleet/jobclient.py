@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, TYPE_CHECKING
 
-from .config import ConfigError
+from ..config import ConfigError
 
 if TYPE_CHECKING:
     import httpx
@@ -294,7 +294,7 @@ def follow(
 
 
 def submit(client: httpx.Client, args) -> int:
-    from .documents.upload import sniff
+    from ..documents.upload import sniff
 
     path = Path(args.file)
     try:
