@@ -286,18 +286,19 @@ def test_a_dead_senders_delivery_is_taken_by_another_once_its_lease_expires(post
         await store.open()
         try:
             job_id, _ = await store.create("o", None, "f", "image/png", {}, [1], b"doc", 1, 10, "http://h/x")
-            assert await store.claim_webhook("w", 30) is None  # not due while the job runs
+            assert await store.deliveries.claim("w", 30) is None  # not due while the job runs
             assert await store.cancel("o", job_id, 60)
-            dead = await store.claim_webhook("dead", 0.5)
+            dead = await store.deliveries.claim("dead", 0.5)
             assert dead is not None and dead.job_id == job_id and dead.attempts == 1 and dead.owner == "o"
-            assert await store.claim_webhook("alive", 30) is None  # leased
+            assert await store.deliveries.claim("alive", 30) is None  # leased
             deadline = time.monotonic() + 30
             # Polls the database's clock past the dead sender's lease (no event says when it passes).
-            while (again := await store.claim_webhook("alive", 30)) is None and time.monotonic() < deadline:  # noqa: ASYNC110
+            claim = store.deliveries.claim
+            while (again := await claim("alive", 30)) is None and time.monotonic() < deadline:  # noqa: ASYNC110
                 await asyncio.sleep(0.05)
             assert again is not None and again.id == dead.id and again.attempts == 2
-            await store.webhook_retry(again, 3600, 503, None)
-            assert await store.claim_webhook("alive", 30) is None  # not due for an hour
+            await store.deliveries.retry(again, 3600, 503, None)
+            assert await store.deliveries.claim("alive", 30) is None  # not due for an hour
         finally:
             await store.close()
 

@@ -20,6 +20,7 @@ from psycopg_pool import AsyncConnectionPool
 
 from ..errors import IdempotencyConflict, JobsUnavailable, TooManyJobs
 from . import schema
+from .deliveries import Deliveries
 
 log = logging.getLogger("ocr_app.jobs")
 
@@ -34,17 +35,6 @@ class Claim:
     content_type: str
     options: dict
     reclaimed: bool  # its previous owner's lease had expired
-
-
-@dataclass(frozen=True)
-class Delivery:
-    """A webhook delivery claimed for one attempt (this one: `attempts`, counted from 1)."""
-
-    id: uuid.UUID
-    job_id: uuid.UUID
-    owner: str
-    url: str
-    attempts: int
 
 
 @dataclass(frozen=True)
@@ -70,6 +60,7 @@ class JobStore:
             name="ocr-jobs",
         )
         self.schema_version: int | None = None  # None: not read yet
+        self.deliveries = Deliveries(self.pool)  # the webhooks' rows, on the same pool
 
     async def open(self) -> None:
         await self.pool.open(wait=False)
@@ -383,71 +374,6 @@ class JobStore:
             params += (claim.job_id, claim.first_page)
         async with self.pool.connection() as conn:
             return (await conn.execute(sql, params)).rowcount
-
-    # --- the webhook senders' side ---------------------------------------------------------------------
-
-    async def claim_webhook(self, worker: str, lease_s: float) -> Delivery | None:
-        """Lease the longest-due webhook delivery of a finished job: pending, its next attempt due, and not
-        leased (or its sender's lease expired: that sender died). Its attempt is counted now."""
-        async with self.pool.connection() as conn, conn.transaction():
-            row = await (
-                await conn.execute(
-                    """
-                    WITH c AS (
-                        SELECT w.id, j.owner
-                        FROM ocr_job_webhooks w JOIN ocr_jobs j ON j.id = w.job_id
-                        WHERE w.state = 'pending' AND w.next_attempt_at <= now()
-                          AND (w.lease_expires_at IS NULL OR w.lease_expires_at < now())
-                          AND j.status IN ('done', 'failed', 'cancelled')
-                        ORDER BY w.next_attempt_at
-                        LIMIT 1
-                        FOR UPDATE OF w SKIP LOCKED
-                    )
-                    UPDATE ocr_job_webhooks w
-                    SET lease_owner = %s, lease_expires_at = now() + make_interval(secs => %s),
-                        attempts = w.attempts + 1
-                    FROM c WHERE w.id = c.id
-                    RETURNING w.id, w.job_id, c.owner, w.url, w.attempts
-                    """,
-                    (worker, lease_s),
-                )
-            ).fetchone()
-        return Delivery(*row) if row else None
-
-    async def webhook_done(
-        self, delivery: Delivery, state: str, status: int | None, error: str | None
-    ) -> None:
-        """Record a final outcome: delivered or failed."""
-        async with self.pool.connection() as conn:
-            await conn.execute(
-                "UPDATE ocr_job_webhooks SET state = %s, last_status = %s, last_error = %s,"
-                " finished_at = now(), lease_owner = NULL, lease_expires_at = NULL"
-                " WHERE id = %s AND state = 'pending'",
-                (state, status, error, delivery.id),
-            )
-
-    async def webhook_retry(
-        self, delivery: Delivery, after_s: float, status: int | None, error: str | None
-    ) -> None:
-        """Another attempt after_s from now (by whichever instance claims it then)."""
-        async with self.pool.connection() as conn:
-            await conn.execute(
-                "UPDATE ocr_job_webhooks SET last_status = %s, last_error = %s,"
-                " next_attempt_at = now() + make_interval(secs => %s), lease_owner = NULL,"
-                " lease_expires_at = NULL WHERE id = %s AND state = 'pending'",
-                (status, error, after_s, delivery.id),
-            )
-
-    async def release_webhooks(self, worker: str) -> int:
-        """Give back the deliveries this sender was attempting when it stopped: due again at once, the
-        interrupted attempt not counted."""
-        async with self.pool.connection() as conn:
-            cur = await conn.execute(
-                "UPDATE ocr_job_webhooks SET lease_owner = NULL, lease_expires_at = NULL,"
-                " attempts = greatest(attempts - 1, 0) WHERE lease_owner = %s AND state = 'pending'",
-                (worker,),
-            )
-            return cur.rowcount
 
     # --- the timer's side -----------------------------------------------------------------------------
 

@@ -4,8 +4,8 @@ Submit: `webhook_url` must lie under one of the prefixes of `job_webhook_allowed
 scheme (http or https), host and port, and a path inside the prefix's path; no user info. The URL is
 checked again before every attempt (the setting may have changed since).
 
-Delivery (worker.py's senders, the store's `ocr_job_webhooks` rows): any instance claims a due delivery with
-a lease, POSTs `payload(...)` signed with the job's API key's secret (`sign`), and records the outcome:
+Delivery (worker.py's senders, deliveries.py's `ocr_job_webhooks` rows): any instance claims a due delivery
+with a lease, POSTs `payload(...)` signed with the job's API key's secret (`sign`), and records the outcome:
 2xx delivered; 5xx, a time-out or no connection: retried after `backoff(...)` until
 job_webhook_max_attempts; 3xx (redirects are never followed) and 4xx: failed at once.
 

@@ -28,7 +28,8 @@ from ..metrics import Metrics
 from ..ocr.pipeline import Job, Pipeline
 from ..schemas import job_urls
 from . import webhooks
-from .store import Claim, Delivery, JobStore
+from .deliveries import Delivery
+from .store import Claim, JobStore
 
 log = logging.getLogger("ocr_app.jobs")
 
@@ -92,7 +93,7 @@ class JobWorker:
             released = await self.store.release(self.id)
             if released:
                 log.info("job leases released", extra={"ranges": released})
-            released = await self.store.release_webhooks(self.id)
+            released = await self.store.deliveries.release(self.id)
             if released:
                 log.info("webhook deliveries released", extra={"webhooks": released})
         if self._http is not None:
@@ -217,7 +218,7 @@ class JobWorker:
                 await asyncio.sleep(min(poll, 0.1))
                 continue
             try:
-                delivery = await self.store.claim_webhook(self.id, lease_s)
+                delivery = await self.store.deliveries.claim(self.id, lease_s)
                 if delivery is None:
                     self._hooks_empty_at = time.monotonic()
                     continue
@@ -269,12 +270,12 @@ class JobWorker:
             outcome, error = "retry", type(err).__name__
         ctx["http_status"] = code
         if outcome == "delivered":
-            await self.store.webhook_done(d, "delivered", code, None)
+            await self.store.deliveries.done(d, "delivered", code, None)
             self.metrics.job_webhooks.labels("delivered").inc()
             log.info("webhook delivered", extra=ctx)
         elif outcome == "retry" and d.attempts < s.job_webhook_max_attempts:
             after_s = webhooks.backoff(d.attempts, s.job_webhook_retry_base_s)
-            await self.store.webhook_retry(d, after_s, code, error)
+            await self.store.deliveries.retry(d, after_s, code, error)
             self.metrics.job_webhooks.labels("retried").inc()
             log.info(
                 "webhook attempt failed, retried later", extra=ctx | {"error": error, "retry_in_s": after_s}
@@ -290,6 +291,6 @@ class JobWorker:
     async def _webhook_failed(
         self, d: Delivery, code: int | None, why: str, ctx: dict, error: str | None = None
     ) -> None:
-        await self.store.webhook_done(d, "failed", code, error or why)
+        await self.store.deliveries.done(d, "failed", code, error or why)
         self.metrics.job_webhooks.labels("failed").inc()
         log.warning("webhook failed: %s", why, extra=ctx)
