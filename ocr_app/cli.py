@@ -25,7 +25,7 @@ def _settings(args: argparse.Namespace, **overrides: object) -> Settings:
 def cmd_serve(args: argparse.Namespace) -> int:
     import uvicorn
 
-    from .api import create_app
+    from .http.app import create_app
     from .logs import setup_logging
 
     settings = _settings(args, host=args.host, port=args.port)

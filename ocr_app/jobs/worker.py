@@ -33,7 +33,8 @@ from .store import Claim, JobStore
 
 log = logging.getLogger("ocr_app.jobs")
 
-# A job owner's webhook secret: (found, secret); not found: its API key was removed since (api.py's).
+# A job owner's webhook secret: (found, secret); not found: its API key was removed since
+# (ocr_app/http/state.py's AppState.webhook_secret).
 SecretOf = Callable[[str], tuple[bool, str | None]]
 # Deliveries attempted at once by an instance: a receiver slow to answer holds one sender only.
 WEBHOOK_SENDERS = 4

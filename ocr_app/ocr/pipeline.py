@@ -1,8 +1,9 @@
 """The OCR pipeline: admission -> decode (in a worker process) -> engine -> the response, without HTTP.
 
-api.py validates the request, hands the pipeline a way to read the body, and turns its answer or its error
-(ocr_app/errors.py: what went wrong, said without HTTP) into HTTP. bench/run.py drives this same Pipeline
-in-process, so the benchmark's "direct" side is the service's own path with its own settings, minus HTTP.
+The route (ocr_app/http/routes/ocr.py) validates the request, hands the pipeline a way to read the body, and
+returns its answer; its error (ocr_app/errors.py: what went wrong, said without HTTP) becomes HTTP in
+ocr_app/http/errors.py. bench/run.py drives this same Pipeline in-process, so the benchmark's "direct" side is
+the service's own path with its own settings, minus HTTP.
 """
 
 from __future__ import annotations
