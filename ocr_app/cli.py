@@ -9,10 +9,14 @@ import logging
 import os
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from . import __version__
 from .config import ConfigError, Settings, load_settings
 from .manifest import build_manifest, read_manifest, verify_manifest
+
+if TYPE_CHECKING:
+    import httpx
 
 log = logging.getLogger("ocr_app.cli")
 
@@ -141,7 +145,7 @@ def cmd_rapidocr_models(args: argparse.Namespace) -> int:
     return 0
 
 
-def _client(args: argparse.Namespace):
+def _client(args: argparse.Namespace) -> httpx.Client:
     """An HTTP client of a running service, from the options _client_options() adds."""
     import httpx
 
@@ -393,7 +397,8 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        return args.func(args)
+        status: int = args.func(args)
+        return status
     except ConfigError as err:
         print(f"ocr-app: {err}", file=sys.stderr)
         return 2

@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import json
 from pathlib import Path
+from typing import Any
 
 from .config import ConfigError
 
@@ -19,14 +20,14 @@ def _sha256(path: Path) -> str:
     return h.hexdigest()
 
 
-def build_manifest(root: Path) -> dict:
+def build_manifest(root: Path) -> dict[str, Any]:
     files = []
     for p in sorted(q for q in root.rglob("*") if q.is_file() and not q.is_symlink()):
         files.append({"path": p.relative_to(root).as_posix(), "size": p.stat().st_size, "sha256": _sha256(p)})
     return {"files": files}
 
 
-def verify_manifest(root: Path, manifest: dict) -> list[str]:
+def verify_manifest(root: Path, manifest: dict[str, Any]) -> list[str]:
     """Problems found, one per file; empty when every listed file matches."""
     problems = []
     for entry in manifest["files"]:
@@ -43,7 +44,7 @@ def verify_manifest(root: Path, manifest: dict) -> list[str]:
     return problems
 
 
-def read_manifest(path: Path | str) -> dict:
+def read_manifest(path: Path | str) -> dict[str, Any]:
     try:
         manifest = json.loads(Path(path).read_text())
     except (OSError, ValueError) as err:

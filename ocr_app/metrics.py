@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 from prometheus_client import (
     CollectorRegistry,
@@ -12,7 +12,7 @@ from prometheus_client import (
     PlatformCollector,
     ProcessCollector,
 )
-from prometheus_client.core import CounterMetricFamily
+from prometheus_client.core import CounterMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from .errors import NotReady, Overloaded, Timeout
@@ -141,7 +141,7 @@ class _EngineCounter(Collector):
         self.documentation = documentation
         self.read = read
 
-    def collect(self):
+    def collect(self) -> Iterator[Metric]:
         yield CounterMetricFamily(self.name, self.documentation, value=self.read())
 
 
@@ -151,7 +151,7 @@ class _RotationCounter(Collector):
     def __init__(self, read: Callable[[], dict[int, int]]):
         self.read = read
 
-    def collect(self):
+    def collect(self) -> Iterator[Metric]:
         family = CounterMetricFamily(
             "ocr_page_rotations",
             "Pages the engine ran, by the rotation (degrees clockwise) it applied to read them upright",

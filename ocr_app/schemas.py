@@ -3,7 +3,7 @@ with which status is ocr_app/http/errors.py's."""
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field, SerializerFunctionWrapHandler, model_serializer
 
@@ -56,10 +56,11 @@ class Page(BaseModel):
         "applied, PDF rendered) as a JPEG data URL, longest side at most 1024 px; what bbox refers to",
     )
 
+    # No return annotation: pydantic would take it for the serialised schema (OpenAPI's Page).
     @model_serializer(mode="wrap")
-    def _omit_preview_unless_asked(self, handler: SerializerFunctionWrapHandler):
+    def _omit_preview_unless_asked(self, handler: SerializerFunctionWrapHandler):  # type: ignore[no-untyped-def]
         # Absent rather than null: responses without preview=true stay exactly as they were.
-        data = handler(self)
+        data: dict[str, Any] = handler(self)
         if self.preview is None:
             data.pop("preview", None)
         return data

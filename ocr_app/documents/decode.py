@@ -33,6 +33,7 @@ from concurrent.futures import Future
 from concurrent.futures.process import BrokenProcessPool
 from contextlib import suppress
 from dataclasses import dataclass
+from typing import Any, NoReturn, TypeVar
 
 import cv2
 import numpy as np
@@ -47,6 +48,7 @@ from .pages import count_pages, load_pages
 from .upload import MULTIPART_TYPE, classify, extract_multipart_file, normalise_media_type
 
 log = logging.getLogger("ocr_app.decode")
+T = TypeVar("T")
 MiB = 1024 * 1024
 OUT_OF_MEMORY_EXIT = 3  # a worker's exit status after a MemoryError
 M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3  # mallopt(3)'s parameters, from glibc's malloc.h
@@ -229,7 +231,7 @@ def count_document_pages(request: DecodeRequest, bound: int, cpu_s: int) -> tupl
         _set_cpu_soft_limit(None)
 
 
-def _exit_out_of_memory() -> None:
+def _exit_out_of_memory() -> NoReturn:
     """The worker ends: what it freed stays mapped in its heap, under RLIMIT_AS, and the next document
     would find its bound taken. The parent answers DecodeMemoryLimit (ProcessExpired with this code) and
     starts another."""
@@ -241,7 +243,7 @@ def _probe() -> int:
     return os.getpid()
 
 
-def _killed_by_backstop(future: Future) -> bool:
+def _killed_by_backstop(future: Future[Any]) -> bool:
     return future.done() and not future.cancelled() and isinstance(future.exception(), TimeoutError)
 
 
@@ -305,7 +307,7 @@ class DecodePool:
             self._pool = self._new_pool()
         return self._pool
 
-    def probe(self) -> Future:
+    def probe(self) -> Future[int]:
         """A no-op task behind whatever the workers are doing; restarts a broken pool as decode() does."""
         return self._running_pool().schedule(_probe)
 
@@ -335,7 +337,7 @@ class DecodePool:
         """The document's page count (at most `bound`) and sha256, in a worker bound as decode() is."""
         return await self._run(count_document_pages, (request, bound, self.bounds.cpu_s), deadline_s)
 
-    async def _run(self, fn: Callable, args: tuple, deadline_s: float):
+    async def _run(self, fn: Callable[..., T], args: tuple[Any, ...], deadline_s: float) -> T:
         future = self._running_pool().schedule(
             fn,
             args=args,

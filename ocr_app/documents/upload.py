@@ -4,6 +4,7 @@ multipart body's `file`, and the pages it selects. Nothing here decodes a docume
 from __future__ import annotations
 
 import re
+from typing import Any
 
 from python_multipart.multipart import MultipartParser, parse_options_header
 
@@ -95,8 +96,8 @@ def extract_multipart_file(body: bytes, content_type: str) -> tuple[bytes, str]:
     if not boundary:
         raise InvalidParameter("multipart/form-data without a boundary")
 
-    parts: list[dict] = []
-    current: dict = {}
+    parts: list[dict[str, Any]] = []
+    current: dict[str, Any] = {}
     field: list[bytes] = []
     value: list[bytes] = []
 

@@ -6,6 +6,7 @@ import logging
 import re
 import time
 import uuid
+from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -80,7 +81,7 @@ class RequestContext:
             return logging.WARNING
         return logging.INFO
 
-    def _record(self, scope: Scope, req_state: dict, status: int, seconds: float) -> None:
+    def _record(self, scope: Scope, req_state: dict[str, Any], status: int, seconds: float) -> None:
         path = scope["path"]
         if path == "/v1/ocr":
             self.state.metrics.requests.labels(str(status)).inc()

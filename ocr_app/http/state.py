@@ -36,7 +36,10 @@ class AppState:
         self.settings = settings = self.pipeline.settings
         self.engine = engine
         self.on_fatal = on_fatal
-        self.keys = KeyStore(settings.api_keys_file) if not settings.auth_disabled else None
+        self.keys: KeyStore | None = None
+        if not settings.auth_disabled:
+            assert settings.api_keys_file is not None  # Settings requires it unless auth_disabled
+            self.keys = KeyStore(settings.api_keys_file)
         self.metrics.info.labels(VERSION, engine.name, engine.model).set(1)
         self.shadow = Shadow(settings, self.metrics.registry)
         self.admission = self.pipeline.admission
@@ -112,7 +115,7 @@ class AppState:
         )
         systemd.notify("READY=1")
 
-    async def monitor_health(self, engine_load: asyncio.Task) -> None:
+    async def monitor_health(self, engine_load: asyncio.Task[None]) -> None:
         """From ready on: a slow start (the engine's load) is no reason to take a ready instance out."""
         await asyncio.shield(engine_load)
         if self.status == "ready":

@@ -9,8 +9,9 @@ import hashlib
 import json
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import contextmanager
+from typing import Any
 
 import psycopg
 
@@ -30,7 +31,7 @@ NO_DATABASE = (
 
 
 @contextmanager
-def _database():
+def _database() -> Iterator[None]:
     try:
         yield
     except psycopg.Error as err:  # the pool's timeout included
@@ -137,14 +138,14 @@ class Jobs:
             self.worker.wake()
         return job_id, created
 
-    async def status(self, owner: str, job_id: str) -> dict:
+    async def status(self, owner: str, job_id: str) -> dict[str, Any]:
         with _database():
             found = await self.store.status(owner, _job_id(job_id))
         if found is None:
             raise JobNotFound()
         return found
 
-    async def cancel(self, owner: str, job_id: str) -> dict:
+    async def cancel(self, owner: str, job_id: str) -> dict[str, Any]:
         with _database():
             if not await self.store.cancel(owner, _job_id(job_id), self.settings.job_result_ttl_s):
                 raise JobNotFound()

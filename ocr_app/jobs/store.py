@@ -12,6 +12,7 @@ import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 import psycopg
 from psycopg.rows import dict_row
@@ -33,7 +34,7 @@ class Claim:
     first_page: int
     pages: list[int]
     content_type: str
-    options: dict
+    options: dict[str, Any]
     reclaimed: bool  # its previous owner's lease had expired
 
 
@@ -41,7 +42,7 @@ class Claim:
 class PageRow:
     page: int
     result: str | None  # the page's JSON as /v1/ocr returns it
-    error: dict | None
+    error: dict[str, str] | None  # {code, message}
 
 
 def _iso(t: datetime | None) -> str | None:
@@ -97,7 +98,7 @@ class JobStore:
         idempotency_key: str | None,
         fingerprint: str,
         content_type: str,
-        options: dict,
+        options: dict[str, Any],
         pages: list[int],
         body: bytes,
         range_pages: int,
@@ -149,7 +150,7 @@ class JobStore:
                 )
         return job_id, True
 
-    async def status(self, owner: str, job_id: uuid.UUID) -> dict | None:
+    async def status(self, owner: str, job_id: uuid.UUID) -> dict[str, Any] | None:
         """The job as GET /v1/jobs/{id} shows it, or None (no such job, or another key's)."""
         async with self.pool.connection() as conn:
             cur = conn.cursor(row_factory=dict_row)
@@ -318,7 +319,7 @@ class JobStore:
             return cur.rowcount == 1
 
     async def write_page(
-        self, job_id: uuid.UUID, page: int, result: str | None, error: dict | None, worker: str
+        self, job_id: uuid.UUID, page: int, result: str | None, error: dict[str, str] | None, worker: str
     ) -> bool:
         """Record a page's result once; a replay (the range ran twice) changes nothing. True: written now."""
         async with self.pool.connection() as conn:
@@ -368,7 +369,7 @@ class JobStore:
             "UPDATE ocr_job_ranges SET state = 'queued', lease_owner = NULL, lease_expires_at = NULL"
             " WHERE lease_owner = %s AND state = 'leased'"
         )
-        params: tuple = (worker,)
+        params: tuple[object, ...] = (worker,)
         if claim is not None:
             sql += " AND job_id = %s AND first_page = %s"
             params += (claim.job_id, claim.first_page)
@@ -385,7 +386,7 @@ class JobStore:
     async def stats(self) -> tuple[dict[str, int], int, float]:
         """Fleet-wide: jobs by status, pages waiting for a worker, the oldest waiting range's age (s)."""
         async with self.pool.connection() as conn:
-            by_status = dict(
+            by_status: dict[str, int] = dict(
                 await (await conn.execute("SELECT status, count(*) FROM ocr_jobs GROUP BY status")).fetchall()
             )
             row = await (

@@ -18,6 +18,7 @@ import time
 import uuid
 from collections.abc import Callable
 from contextlib import suppress
+from typing import Any
 
 import httpx
 import psycopg
@@ -58,7 +59,7 @@ class JobWorker:
         self.webhook_secret = webhook_secret
         # Unique per process: a restarted instance never renews its predecessor's leases.
         self.id = f"{socket.gethostname()}:{settings.port}:{os.getpid()}"
-        self._tasks: list[asyncio.Task] = []
+        self._tasks: list[asyncio.Task[None]] = []
         # When a claim last found nothing: the claimers then wait job_poll_s together, so an idle instance
         # asks the database about once per job_poll_s however many claimers it runs.
         self._empty_at = -float("inf")
@@ -290,7 +291,7 @@ class JobWorker:
             await self._webhook_failed(d, code, f"{why}: {error or code}", ctx, error)
 
     async def _webhook_failed(
-        self, d: Delivery, code: int | None, why: str, ctx: dict, error: str | None = None
+        self, d: Delivery, code: int | None, why: str, ctx: dict[str, Any], error: str | None = None
     ) -> None:
         await self.store.deliveries.done(d, "failed", code, error or why)
         self.metrics.job_webhooks.labels("failed").inc()

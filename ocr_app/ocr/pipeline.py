@@ -77,7 +77,7 @@ class Pipeline:
             lambda: self.admission.background,
             lambda: engine.pages_done,
             engine_retries=lambda: engine.retries,
-            engine_rotations=(lambda: engine.rotations) if engine.rotations is not None else None,
+            engine_rotations=(lambda: engine.rotations or {}) if engine.rotations is not None else None,
             engine_collector=engine.metrics_collector(),
         )
 

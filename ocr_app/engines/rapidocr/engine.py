@@ -18,10 +18,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import queue
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import suppress
 from importlib.metadata import version
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from PIL import Image
@@ -29,7 +31,7 @@ from PIL import Image
 from ...documents.image import PageImage
 from ...sched import JOB_PRIORITY, to_job_priority
 from ..base import Engine, EngineBlock, EngineError, EngineLine, EnginePage, PriorityGate, model_label
-from ..layout import page_layout
+from ..layout import Box, page_layout
 from .orientation import ROTATIONS, oriented, unrotate
 from .revision import check_revision
 
@@ -58,7 +60,7 @@ class RapidOcrEngine(Engine):
         self.workers = workers
         self.job_workers = job_workers
         self.orientation = orientation
-        self.rotations = dict.fromkeys(ROTATIONS, 0)  # pages by the rotation applied (see _oriented)
+        self.rotations: dict[int, int] = dict.fromkeys(ROTATIONS, 0)  # pages by the rotation applied
         self.threads = threads
         self.use_cls = use_cls
         self.det_limit = (det_limit_type, det_limit_side)
@@ -69,13 +71,15 @@ class RapidOcrEngine(Engine):
         self.model = f"{label} (rapidocr {version('rapidocr')})"
         self._files: dict[str, Path] | None = None  # model_files(), once checked
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="rapidocr")
-        self._idle: queue.SimpleQueue = queue.SimpleQueue()
+        self._idle: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._gate = PriorityGate(workers)  # a page holds it while in the pool: the pool never queues
         # Job pages: instances and threads of their own, or (job_workers 0) the gate's turn after interactive.
         # JOB_PRIORITY, or why the job threads are not at it.
         self.job_priority: str | None = None if job_idle else "normal (job_idle_priority is off)"
         self._job_idle_priority = job_idle
-        self._job_pool = self._job_idle = self._job_gate = None
+        self._job_pool: ThreadPoolExecutor | None = None
+        self._job_idle: queue.SimpleQueue[Any] | None = None
+        self._job_gate: PriorityGate | None = None
         if job_workers:
             self._job_pool = ThreadPoolExecutor(
                 max_workers=job_workers, thread_name_prefix="rapidocr-job", initializer=self._job_thread
@@ -93,7 +97,7 @@ class RapidOcrEngine(Engine):
         why = to_job_priority()
         self.job_priority = f"normal ({why})" if why else self.job_priority or JOB_PRIORITY
 
-    def _new_instance(self):
+    def _new_instance(self) -> Any:
         try:
             from rapidocr import RapidOCR
         except ImportError as err:
@@ -119,6 +123,7 @@ class RapidOcrEngine(Engine):
         """The revision's files by role, as far as they can be checked without loading them (EngineError).
         Checked once (it reads rec.onnx whole): preflight and every worker's instance share the answer."""
         if self._files is None:
+            assert self.model_dir is not None
             self._files = check_revision(self.model_dir, self.use_cls)
         return self._files
 
@@ -133,6 +138,7 @@ class RapidOcrEngine(Engine):
     async def load(self) -> None:
         pools = [(self._pool, self._idle, self.workers)]
         if self._job_pool is not None:
+            assert self._job_idle is not None
             pools.append((self._job_pool, self._job_idle, self.job_workers))
         for pool, idle, n in pools:
             for _ in range(n):
@@ -152,7 +158,7 @@ class RapidOcrEngine(Engine):
             },
         )
 
-    async def _load_instance(self, pool: ThreadPoolExecutor):
+    async def _load_instance(self, pool: ThreadPoolExecutor) -> Any:
         loop = asyncio.get_running_loop()
         inst = await loop.run_in_executor(pool, self._new_instance)
         # RapidOCR loads its ONNX sessions lazily: warm each instance so the first request
@@ -166,7 +172,7 @@ class RapidOcrEngine(Engine):
             raise EngineError(f"the models of {where} do not load: {type(err).__name__}: {err}") from err
         return inst
 
-    def _run(self, image, idle: queue.SimpleQueue | None = None) -> EnginePage:
+    def _run(self, image: Image.Image | np.ndarray, idle: queue.SimpleQueue[Any] | None = None) -> EnginePage:
         """One page (an RGB image, or OpenCV's BGR array, RapidOCR's own input: no conversion) on an
         instance from `idle` (the interactive ones by default), on the calling thread."""
         idle = self._idle if idle is None else idle
@@ -182,7 +188,8 @@ class RapidOcrEngine(Engine):
                 self.rotations[rotation] += 1
             width, height = size[::-1] if rotation in (90, 270) else size
             page = _to_page(out, width, height)
-            for item in (*page.lines, *page.blocks):
+            items: list[EngineLine | EngineBlock] = [*page.lines, *page.blocks]
+            for item in items:
                 item.bbox = unrotate(item.bbox, rotation)
             page.rotation = rotation
             return page
@@ -196,15 +203,18 @@ class RapidOcrEngine(Engine):
         loop = asyncio.get_running_loop()
         gate, pool, idle = self._gate, self._pool, self._idle
         if background and self._job_pool is not None:
+            assert self._job_gate is not None
+            assert self._job_idle is not None
             gate, pool, idle = self._job_gate, self._job_pool, self._job_idle
-        results = []
+        release = gate.release
+        results: list[EnginePage] = []
         # One page at a time per request: the workers are shared, so concurrency comes from requests. The
         # gate hands a free worker to an interactive page before a job page (a FIFO pool would not).
         for page in pages:
             await gate.acquire(background)
             done = pool.submit(self._run, page.pixels, idle)
             # Released when the worker is free again: a cancelled request's page still runs to its end.
-            done.add_done_callback(lambda _, gate=gate: _call_soon(loop, gate.release))
+            done.add_done_callback(lambda _: _call_soon(loop, release))
             results.append(await asyncio.wrap_future(done))
         return results
 
@@ -214,29 +224,30 @@ class RapidOcrEngine(Engine):
             self._job_pool.shutdown(wait=False, cancel_futures=True)
 
 
-def _call_soon(loop: asyncio.AbstractEventLoop, fn) -> None:
+def _call_soon(loop: asyncio.AbstractEventLoop, fn: Callable[[], object]) -> None:
     with suppress(RuntimeError):  # the loop closed meanwhile (shutdown): nothing waits any more
         loop.call_soon_threadsafe(fn)
 
 
-def _to_page(out, width: int, height: int) -> EnginePage:
+def _to_page(out: Any, width: int, height: int) -> EnginePage:
     if out is None or getattr(out, "boxes", None) is None or not getattr(out, "txts", None):
         return EnginePage(lines=[])
-    boxes = []  # in pixels, clipped to the page
+    boxes: list[Box] = []  # in pixels, clipped to the page
     for poly in np.asarray(out.boxes, dtype=np.float64):
         xs, ys = poly[:, 0], poly[:, 1]
         x0, x1 = max(0.0, xs.min()), min(float(width), xs.max())
         y0, y1 = max(0.0, ys.min()), min(float(height), ys.max())
         boxes.append((x0, y0, max(x1, x0 + 1e-3), max(y1, y0 + 1e-3)))
 
-    def normalised(box) -> tuple[float, float, float, float]:
+    def normalised(box: Box) -> Box:
         x0, y0, x1, y1 = box
         return (round(x0 / width, 5), round(y0 / height, 5), round(x1 / width, 5), round(y1 / height, 5))
 
     # In pixels: the layout's thresholds are in line heights on both axes, which a page normalised to
     # 0-1 would stretch by its aspect ratio (a wide page's columns would look too narrow to be columns).
     layout = page_layout(boxes, float(height))
-    lines, blocks = [], []
+    lines: list[EngineLine] = []
+    blocks: list[EngineBlock] = []
     for block in layout:  # the lines of one block after another: the reading order
         first = len(lines)
         for i in block.lines:

@@ -13,7 +13,12 @@ ran anyway and its crops are recognised as they are); a turned page is rotated a
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import numpy as np
+
+from ..layout import Box
 
 ROTATIONS = (0, 90, 180, 270)
 SIDEWAYS_ELONGATION = 1.5
@@ -23,7 +28,7 @@ ORIENT_SAMPLE = 6  # one classifier batch
 FLIP_SHARE = 0.7
 
 
-def oriented(inst, image):
+def oriented(inst: Any, image: Any) -> tuple[Any, int]:
     """The RapidOCR output for the page turned upright, and the rotation applied (degrees clockwise)."""
     import cv2
     from rapidocr.ch_ppocr_cls import TextClsOutput
@@ -52,7 +57,7 @@ def oriented(inst, image):
     return inst.build_final_output(ori, det_res, cls_res, rec_res, crops, op_record), 0
 
 
-def page_rotation(boxes: np.ndarray, crops: list, classify) -> int:
+def page_rotation(boxes: np.ndarray, crops: list[Any], classify: Callable[[list[Any]], Any]) -> int:
     """The clockwise rotation (0, 90, 180, 270) that turns the page upright, from its detected text boxes
     (n x 4 x 2 quadrilaterals, clockwise from the top left) and their crops as rapidocr cut them (standing
     ones turned 90 degrees counterclockwise), with `classify` the text-line angle classifier."""
@@ -75,7 +80,7 @@ def page_rotation(boxes: np.ndarray, crops: list, classify) -> int:
     return 180 if flipped > FLIP_SHARE * (flipped + upright) else 0
 
 
-def unrotate(bbox, rotation: int):
+def unrotate(bbox: Box | None, rotation: int) -> Box | None:
     """A normalised box on the page turned `rotation` degrees clockwise, back on the page as sent."""
     if bbox is None:
         return None
@@ -86,4 +91,5 @@ def unrotate(bbox, rotation: int):
         box = (1 - u1, 1 - v1, 1 - u0, 1 - v0)
     else:  # 270: (x, y) went to (y, 1 - x)
         box = (1 - v1, u0, 1 - v0, u1)
-    return tuple(round(min(1.0, max(0.0, v)), 5) for v in box)
+    x0, y0, x1, y1 = (round(min(1.0, max(0.0, v)), 5) for v in box)
+    return (x0, y0, x1, y1)

@@ -10,6 +10,7 @@ it), so that the dictionary loaded is always the revision's own rec_keys.txt.
 from __future__ import annotations
 
 import shutil
+from collections.abc import Iterator
 from importlib.metadata import version
 from pathlib import Path
 
@@ -73,7 +74,7 @@ def _varint(data: bytes, pos: int) -> tuple[int, int]:
         shift += 7
 
 
-def _fields(data: bytes):
+def _fields(data: bytes) -> Iterator[tuple[int, int, int, bytes | None]]:
     """(field number, start, end, payload) of each top-level field; payload only for length-delimited ones."""
     pos = 0
     while pos < len(data):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 from ..base import EngineError
 
@@ -36,7 +37,7 @@ def nvml_problem(err: Exception) -> str:
     return f"NVML cannot read the GPU: {err}"
 
 
-def nvml_memory(pynvml, index: int) -> tuple[str, int, int]:
+def nvml_memory(pynvml: Any, index: int) -> tuple[str, int, int]:
     """(name, free bytes, total bytes) of GPU `index` (physical) through NVML: no CUDA context."""
     try:
         pynvml.nvmlInit()

@@ -25,6 +25,9 @@ import importlib.util
 import logging
 import os
 import uuid
+from typing import Any
+
+from PIL import Image
 
 from ...config import Settings
 from ...documents.image import PageImage
@@ -41,7 +44,7 @@ from ..base import (
 from .device import device_from_env, is_nvml_mismatch, nvml_memory, nvml_problem
 from .grounding import Grounder, align, union
 from .output import Attempt, find_loop, line_confidences, markdown_blocks, page_warnings
-from .runtime import VllmMetrics, import_vllm, in_daemon_thread, weight_files
+from .runtime import Vllm, VllmMetrics, import_vllm, in_daemon_thread, weight_files
 
 log = logging.getLogger("ocr_app.engines.vllm")
 
@@ -63,16 +66,22 @@ class VllmEngine(Engine):
         self.model_path, self.model = model_label(settings.model_path)
         self.device = device_from_env()
         self.grounder = Grounder(grounding_detector) if grounding_detector is not None else None
-        self._llm = None
-        self._tokenizer = None
+        self._llm: Any = None  # vLLM's AsyncLLM, once loaded
+        self._tokenizer: Any = None
         self._prompt: str | None = None
         self._special: set[int] = set()
-        self._watch: asyncio.Task | None = None
-        self._nvml = None  # (pynvml, handle) on CUDA hosts
+        self._watch: asyncio.Task[None] | None = None
+        self._nvml: tuple[Any, Any] | None = None  # (pynvml, handle) on CUDA hosts
         self._nvml_error: str | None = None  # why NVML could not be opened at load, if it could not
         self._dead = False
-        self._vllm = None  # the lazily imported names
+        self._vllm: Vllm | None = None  # the lazily imported names
         self.aborted = 0  # page generations cancelled inside vLLM (ocr_vllm_aborted_requests_total)
+
+    @property
+    def _v(self) -> Vllm:
+        """vLLM's names, imported by preflight() or load() before anything uses them."""
+        assert self._vllm is not None
+        return self._vllm
 
     # -- lifecycle ---------------------------------------------------------------------------------
 
@@ -95,7 +104,7 @@ class VllmEngine(Engine):
         ]
 
     def _probe_device(self) -> str:
-        platform = self._vllm.current_platform
+        platform = self._v.current_platform
         if not platform.is_cuda_alike():
             if self.device != "cpu":  # NVIDIA device nodes, yet vLLM found no CUDA through NVML
                 raise EngineError(
@@ -107,7 +116,7 @@ class VllmEngine(Engine):
         self.device = f"cuda:{physical}"
         if not platform.is_cuda():
             return f"device: {self.device} (ROCm: not probed)"
-        name, free, total = nvml_memory(self._vllm.import_pynvml(), physical)
+        name, free, total = nvml_memory(self._v.import_pynvml(), physical)
         return f"device: {self.device} {name} (NVML): {free // MiB} of {total // MiB} MiB free"
 
     def _probe_model(self) -> str:
@@ -126,9 +135,9 @@ class VllmEngine(Engine):
             f"model: {self.model} ({config.model_type}): config, tokenizer, template, {len(weights)} weights"
         )
 
-    def _engine_args(self):
+    def _engine_args(self) -> Any:
         s = self.settings
-        return self._vllm.AsyncEngineArgs(
+        return self._v.AsyncEngineArgs(
             model=str(self.model_path),
             dtype=s.vllm_dtype,
             max_model_len=s.vllm_max_model_len,
@@ -163,7 +172,7 @@ class VllmEngine(Engine):
         args = self._engine_args()
         # Building the engine blocks for as long as the model loads: off the event loop, so that
         # /healthz answers "loading" meanwhile. AsyncLLM binds to the running loop on first use.
-        self._llm = await in_daemon_thread(self._vllm.AsyncLLM.from_engine_args, args)
+        self._llm = await in_daemon_thread(self._v.AsyncLLM.from_engine_args, args)
         self._tokenizer = self._llm.get_tokenizer()
         self._special = set(self._tokenizer.all_special_ids)
         self._prompt = self._tokenizer.apply_chat_template(
@@ -198,7 +207,7 @@ class VllmEngine(Engine):
             await self.grounder.close()
 
     def _find_device(self) -> None:
-        platform = self._vllm.current_platform
+        platform = self._v.current_platform
         if not platform.is_cuda_alike():
             self.device = str(platform.device_type)
             return
@@ -207,7 +216,7 @@ class VllmEngine(Engine):
             self.device = f"cuda:{physical}"
             if not platform.is_cuda():  # ROCm: no NVML; memory from the host
                 return
-            pynvml = self._vllm.import_pynvml()
+            pynvml = self._v.import_pynvml()
             pynvml.nvmlInit()
             self._nvml = (pynvml, pynvml.nvmlDeviceGetHandleByIndex(physical))
         except Exception as err:  # the device string stays as the environment gave it; memory from the host
@@ -307,7 +316,7 @@ class VllmEngine(Engine):
         return page_out
 
     @staticmethod
-    async def _grounding(boxes: asyncio.Task | None) -> list[EngineLine] | None:
+    async def _grounding(boxes: asyncio.Task[list[EngineLine]] | None) -> list[EngineLine] | None:
         """The detector's lines, or None (grounding off or failed: the page keeps its text)."""
         if boxes is None:
             return None
@@ -327,8 +336,10 @@ class VllmEngine(Engine):
         elif attempt.finish_reason == "length":
             attempt.problem = "max_tokens_reached"
 
-    async def _generate(self, image, temperature: float, max_tokens: int, priority: int = 0) -> Attempt:
-        v = self._vllm
+    async def _generate(
+        self, image: Image.Image, temperature: float, max_tokens: int, priority: int = 0
+    ) -> Attempt:
+        v = self._v
         params = v.SamplingParams(
             temperature=temperature,
             top_p=self.settings.vllm_top_p,
@@ -368,7 +379,9 @@ class VllmEngine(Engine):
             pieces.append(piece if piece is not None else self._tokenizer.decode([tid]))
         return Attempt(temperature, ids, lps, pieces, out.finish_reason)
 
-    def _to_page(self, best: Attempt, attempts: list[Attempt], detected) -> EnginePage:
+    def _to_page(
+        self, best: Attempt, attempts: list[Attempt], detected: list[EngineLine] | None
+    ) -> EnginePage:
         kept = best.kept
         text = self._tokenizer.decode(best.token_ids[:kept], skip_special_tokens=True)
         scored = line_confidences(text, best.pieces[:kept], best.logprobs[:kept])
@@ -376,7 +389,7 @@ class VllmEngine(Engine):
         lines = [EngineLine(text=t, bbox=b, confidence=c) for (t, c), b in zip(scored, boxes, strict=True)]
         blocks = []
         for kind, idx in markdown_blocks(text):
-            located = [boxes[i] for i in idx if boxes[i] is not None]
+            located = [b for i in idx if (b := boxes[i]) is not None]
             blocks.append(EngineBlock(kind, union(located) if located else None, idx))
         warnings = page_warnings(best, attempts)
         return EnginePage(lines=lines, text=text.strip(), warnings=warnings, blocks=blocks)

@@ -129,6 +129,7 @@ def page_warnings(best: Attempt, attempts: list[Attempt]) -> list[str]:
         out.append(f"retried: {len(attempts) - 1} retries after degenerate output ({tried})")
     if best.problem == "repetition_loop":
         loop = best.loop
+        assert loop is not None  # the problem is the loop found
         out.append(
             f"repetition_loop: a {loop.period}-token sequence repeated {loop.repeats} times; "
             f"the page is cut after its first occurrence ({loop.keep} of {len(best.token_ids)} tokens kept)"

@@ -8,9 +8,11 @@ import json
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from ..base import EngineError
+
+T = TypeVar("T")
 
 
 class Vllm:
@@ -42,13 +44,13 @@ def import_vllm() -> Vllm:
         raise EngineError(f"vLLM cannot be imported: {err}") from err
 
 
-async def in_daemon_thread(build, *args):
+async def in_daemon_thread(build: Callable[..., T], *args: Any) -> T:
     """build(*args) in a daemon thread: a stop during the load (minutes on a GPU host) does not wait
     for it, as it would for asyncio.to_thread's pool. An engine built after nobody waits is shut down."""
     loop = asyncio.get_running_loop()
-    done: asyncio.Future = loop.create_future()
+    done: asyncio.Future[T] = loop.create_future()
 
-    def deliver(ok: bool, value) -> None:
+    def deliver(ok: bool, value: Any) -> None:
         if done.cancelled():
             if ok:
                 value.shutdown()
@@ -59,7 +61,8 @@ async def in_daemon_thread(build, *args):
 
     def run() -> None:
         try:
-            value, ok = build(*args), True
+            value: Any = build(*args)
+            ok = True
         except BaseException as err:
             value, ok = err, False
         try:

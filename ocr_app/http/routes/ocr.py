@@ -69,7 +69,7 @@ def _shadow_offer(request: Request, body: bytes, content_type: str, answer: OcrR
     return Offer(
         body=body,
         content_type=content_type,
-        query=[(k, v) for k, v in request.query_params.multi_items() if k != "preview"],
+        query=tuple((k, v) for k, v in request.query_params.multi_items() if k != "preview"),
         auth={h: request.headers[h] for h in KEY_HEADERS if h in request.headers},
         request_id=request.state.request_id,
         answer=answer,

@@ -13,6 +13,7 @@ script.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from importlib.resources import files
 
@@ -100,7 +101,7 @@ def router() -> APIRouter:
             return Response(status_code=304, headers=headers)
         return Response(asset.body, media_type=asset.media_type, headers=headers)
 
-    def page(asset: Asset):
+    def page(asset: Asset) -> Callable[[Request], Awaitable[Response]]:
         async def endpoint(request: Request) -> Response:
             return serve(request, asset)
 
