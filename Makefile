@@ -42,7 +42,7 @@ demo-down:  ## tear the demo fleet down
 demo-local: system-deps venv  ## just the service on this machine (no root), one OCR, until Ctrl-C
 	$(BIN)/python scripts/demo_local.py
 
-lint: venv  ## ruff, formatting, yamllint, ansible-lint (production profile), promtool on the alert rules
+lint: venv  ## ruff, formatting, yamllint, ansible-lint (production profile), promtool on the alert rules, mypy (strict) on ocr_app/
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/yamllint --strict .
@@ -50,6 +50,7 @@ lint: venv  ## ruff, formatting, yamllint, ansible-lint (production profile), pr
 	promtool="$$(scripts/install-promtool.sh)"; \
 	  "$$promtool" check rules files/prometheus/ocrfleet-alerts.yml; \
 	  "$$promtool" test rules files/prometheus/ocrfleet-alerts.test.yml
+	$(BIN)/mypy
 
 test-app: system-deps venv  ## the service's tests (no root needed)
 	$(BIN)/pytest -m "not lab and not browser" tests
@@ -99,7 +100,7 @@ gpu-check:  ## on a GPU host only: gpu-metrics vs nvidia-smi, the app's NVML pro
 	$(GPU_PYTHON) scripts/gpu-check.py
 
 clean:  ## remove the virtualenv and caches (the lab's image cache stays)
-	rm -rf $(VENV) .pytest_cache .ruff_cache .demo
+	rm -rf $(VENV) .pytest_cache .ruff_cache .mypy_cache .demo
 
 wheelhouse: venv  ## the app and all its dependencies as wheels for the hosts (build/wheelhouse)
 	scripts/build-wheelhouse.sh build/wheelhouse

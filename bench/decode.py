@@ -14,8 +14,9 @@ from PIL import Image
 from bench.harness import median, pc, percentile
 from bench.servers import OurService, proc_status_kb
 from ocr_app.config import Settings
-from ocr_app.decode import DecodePool, DecodeRequest
-from ocr_app.documents import Limits, load_pages
+from ocr_app.documents.decode import DecodePool, DecodeRequest
+from ocr_app.documents.image import Limits
+from ocr_app.documents.pages import load_pages
 
 
 def bench_decode(photo: bytes, settings: Settings, reps: int) -> dict:

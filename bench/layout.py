@@ -20,8 +20,8 @@ def bench_layout(reps: int) -> dict:
     turned 90/180/270 (Pillow turns counterclockwise) and photo-like, with the rotation the engine applied."""
     import jiwer
 
-    from ocr_app.engines.rapidocr import RapidOcrEngine
-    from ocr_app.layout import page_layout, row_order
+    from ocr_app.engines.layout import page_layout, row_order
+    from ocr_app.engines.rapidocr.engine import RapidOcrEngine
 
     singles = [render(TEXTS[lang], lang).image for lang in ("en", "latin")] + [
         render([f"Line {k} of a plain letter, one column of text" for k in range(12)], size=32).image

@@ -21,11 +21,11 @@ from bench.servers import OurService, Process
 from ocr_app.config import Settings
 from ocr_app.engines import create_engine
 from ocr_app.metrics import Metrics
-from ocr_app.pipeline import Job, Pipeline
+from ocr_app.ocr.pipeline import Job, Pipeline
 
 
 class DirectEngine:
-    """The service's own pipeline (ocr_app/pipeline.py: admission, decode pool, engine, response) with the
+    """The service's own pipeline (ocr_app/ocr/pipeline.py: admission, decode pool, engine, response) with the
     service's settings, driven in this process: what the service could at best do without HTTP."""
 
     def __init__(self, settings: Settings):

@@ -1,4 +1,5 @@
-"""API keys: a file of `name:sha256hex` lines, re-read when it changes, checked in constant time."""
+"""API keys: a file of `name:sha256hex` lines, re-read when it changes, checked in constant time. A request
+asks for its caller's name through ocr_app/http/deps.py's require_caller."""
 
 from __future__ import annotations
 
@@ -12,11 +13,6 @@ import tempfile
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-
-from fastapi import Request, Security
-from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials, HTTPBearer
-
-from .results import unauthorized
 
 log = logging.getLogger("ocr_app.auth")
 
@@ -155,31 +151,3 @@ def _write_atomic(path: Path, text: str) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
-
-
-# The headers a key may come in (require_caller reads both): what a request replayed on the caller's behalf
-# carries over (ocr_app/shadow.py).
-KEY_HEADERS = ("Authorization", "X-API-Key")
-_bearer = HTTPBearer(auto_error=False, description="Authorization: Bearer <key>")
-_api_key = APIKeyHeader(name=KEY_HEADERS[1], auto_error=False, description="the same key, as X-API-Key")
-
-
-async def require_caller(
-    request: Request,
-    bearer: HTTPAuthorizationCredentials | None = Security(_bearer),  # noqa: B008 - FastAPI's idiom
-    api_key: str | None = Security(_api_key),
-) -> str:
-    """FastAPI dependency: the caller's name, or 401. Runs before any of the body is read."""
-    keys: KeyStore | None = request.app.state.ocr.keys
-    if keys is None:  # auth_disabled: true, logged loudly at start
-        caller = "anonymous"
-    else:
-        key = bearer.credentials if bearer is not None else api_key
-        if not key:
-            raise unauthorized("missing API key: send 'Authorization: Bearer <key>' or 'X-API-Key: <key>'")
-        found = keys.authenticate(key)
-        if found is None:
-            raise unauthorized("invalid API key")
-        caller = found
-    request.state.caller = caller
-    return caller

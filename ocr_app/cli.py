@@ -4,16 +4,19 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import hashlib
 import json
 import logging
-import math
 import os
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from . import __version__
 from .config import ConfigError, Settings, load_settings
+from .manifest import build_manifest, read_manifest, verify_manifest
+
+if TYPE_CHECKING:
+    import httpx
 
 log = logging.getLogger("ocr_app.cli")
 
@@ -23,40 +26,12 @@ def _settings(args: argparse.Namespace, **overrides: object) -> Settings:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    import uvicorn
-
-    from .api import create_app
+    from .http.serve import Service
     from .logs import setup_logging
 
     settings = _settings(args, host=args.host, port=args.port)
     setup_logging(settings.log_level)
-    fatal: list[str] = []
-
-    class Server(uvicorn.Server):
-        def handle_exit(self, sig, frame):  # type: ignore[override]
-            app.state.ocr.stopping = True  # /healthz says draining while in-flight work finishes
-            super().handle_exit(sig, frame)
-            # uvicorn re-raises the signal after a graceful stop; a clean stop exits 0 instead.
-            self._captured_signals.clear()
-
-    def on_fatal(reason: str) -> None:
-        fatal.append(reason)
-        server.should_exit = True
-
-    app = create_app(settings, on_fatal=on_fatal)
-    server = Server(
-        uvicorn.Config(
-            app,
-            host=settings.host,
-            port=settings.port,
-            log_config=None,
-            access_log=False,
-            proxy_headers=False,
-            server_header=False,
-            timeout_graceful_shutdown=math.ceil(settings.shutdown_grace_s),
-            timeout_keep_alive=75,  # longer than nginx's upstream keepalive_timeout (60 s)
-        )
-    )
+    service = Service(settings)
     log.info(
         "starting",
         extra={
@@ -66,10 +41,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
             "engine": settings.engine,
         },
     )
-    server.run()
-    if fatal:
-        return 1
-    return 0
+    return service.run()
 
 
 def cmd_check(args: argparse.Namespace) -> int:
@@ -78,7 +50,8 @@ def cmd_check(args: argparse.Namespace) -> int:
     not given: a release is checked while the running one holds that device, and a second claim fails.
     `serve` always loads and self-tests before it reports ready."""
     from .auth import KeyStore
-    from .engines import EngineError, create_engine
+    from .engines import create_engine
+    from .engines.base import EngineError
 
     settings = _settings(args)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
@@ -88,7 +61,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     if settings.model_path is not None:
         manifest = settings.model_path / ".manifest.json"  # stored with each revision by the ocr_model role
         if manifest.is_file():
-            problems = verify_manifest(settings.model_path, _read_manifest(manifest))
+            problems = verify_manifest(settings.model_path, read_manifest(manifest))
             if problems:
                 raise EngineError(f"model files do not match {manifest}: {'; '.join(problems)}")
             print(f"model: {settings.model_path} matches {manifest}")
@@ -133,21 +106,6 @@ def cmd_keys(args: argparse.Namespace) -> int:
     return 0
 
 
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as f:
-        while chunk := f.read(1 << 20):
-            h.update(chunk)
-    return h.hexdigest()
-
-
-def build_manifest(root: Path) -> dict:
-    files = []
-    for p in sorted(q for q in root.rglob("*") if q.is_file() and not q.is_symlink()):
-        files.append({"path": p.relative_to(root).as_posix(), "size": p.stat().st_size, "sha256": _sha256(p)})
-    return {"files": files}
-
-
 def cmd_manifest(args: argparse.Namespace) -> int:
     root = Path(args.dir)
     if not root.is_dir():
@@ -160,35 +118,8 @@ def cmd_manifest(args: argparse.Namespace) -> int:
     return 0
 
 
-def verify_manifest(root: Path, manifest: dict) -> list[str]:
-    """Problems found, one per file; empty when every listed file matches."""
-    problems = []
-    for entry in manifest["files"]:
-        rel = entry["path"]
-        p = root / rel
-        if Path(rel).is_absolute() or ".." in Path(rel).parts:
-            problems.append(f"{rel}: path escapes the model directory")
-        elif not p.is_file():
-            problems.append(f"{rel}: missing")
-        elif p.stat().st_size != entry["size"]:
-            problems.append(f"{rel}: size {p.stat().st_size}, expected {entry['size']}")
-        elif _sha256(p) != entry["sha256"]:
-            problems.append(f"{rel}: sha256 mismatch")
-    return problems
-
-
-def _read_manifest(path: Path | str) -> dict:
-    try:
-        manifest = json.loads(Path(path).read_text())
-    except (OSError, ValueError) as err:
-        raise ConfigError(f"cannot read manifest {path}: {err}") from None
-    if not isinstance(manifest, dict) or not isinstance(manifest.get("files"), list):
-        raise ConfigError(f"manifest {path} has no 'files' list")
-    return manifest
-
-
 def cmd_verify(args: argparse.Namespace) -> int:
-    manifest = _read_manifest(args.manifest)
+    manifest = read_manifest(args.manifest)
     problems = verify_manifest(Path(args.dir), manifest)
     for p in problems:
         print(p, file=sys.stderr)
@@ -201,7 +132,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
 def cmd_rapidocr_models(args: argparse.Namespace) -> int:
     """The CPU engine's models as a model revision, from the installed rapidocr wheel (no network)."""
-    from .engines.rapidocr import export_wheel_models
+    from .engines.rapidocr.revision import export_wheel_models
 
     out = Path(args.dir)
     if out.exists() and any(out.iterdir()):
@@ -214,7 +145,7 @@ def cmd_rapidocr_models(args: argparse.Namespace) -> int:
     return 0
 
 
-def _client(args: argparse.Namespace):
+def _client(args: argparse.Namespace) -> httpx.Client:
     """An HTTP client of a running service, from the options _client_options() adds."""
     import httpx
 
@@ -225,7 +156,7 @@ def _client(args: argparse.Namespace):
 
 
 def cmd_ocr(args: argparse.Namespace) -> int:
-    from .documents import sniff
+    from .documents.upload import sniff
 
     data = Path(args.file).read_bytes()
     headers = {"Content-Type": sniff(data) or "application/octet-stream"}
@@ -253,7 +184,7 @@ def cmd_ocr(args: argparse.Namespace) -> int:
 
 def cmd_eval(args: argparse.Namespace) -> int:
     """An evaluation set read by a running service: CER and latency, optionally gated against a baseline."""
-    from . import evaluation as ev
+    from .fleet import evaluation as ev
 
     if args.repeat < 1:
         raise ConfigError("--repeat: at least 1")
@@ -280,8 +211,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
 
 def cmd_jobs(args: argparse.Namespace) -> int:
-    """Bulk jobs through a running service: submit (and follow), status, result, cancel (jobclient.py)."""
-    from . import jobclient
+    """Bulk jobs through a running service: submit (and follow), status, result, cancel (fleet.jobclient)."""
+    from .fleet import jobclient
 
     return jobclient.run(args, _client)
 
@@ -466,13 +397,14 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        return args.func(args)
+        status: int = args.func(args)
+        return status
     except ConfigError as err:
         print(f"ocr-app: {err}", file=sys.stderr)
         return 2
     except Exception as err:
         from .auth import KeyFileError
-        from .engines import EngineError
+        from .engines.base import EngineError
 
         if isinstance(err, (KeyFileError, EngineError, OSError)):
             print(f"ocr-app: {err}", file=sys.stderr)

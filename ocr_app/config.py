@@ -9,6 +9,7 @@ from typing import Literal
 
 import yaml
 from pydantic import Field, ValidationError, model_validator
+from pydantic.config import JsonDict
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -28,7 +29,7 @@ class ConfigError(Exception):
     """Configuration that cannot run; the message names each offending key."""
 
 
-def _default_doc(doc: str) -> dict[str, str]:
+def _default_doc(doc: str) -> JsonDict:
     """A default chosen at start (from the host or the engine), as the configuration reference gives it."""
     return {"default_doc": doc}
 
@@ -222,7 +223,7 @@ class Settings(BaseSettings):
         description="Requests waiting for a slot per instance; beyond it 503 overloaded (size it so that a "
         "full queue drains within request_timeout_s).",
     )
-    # Decode worker processes (ocr_app/decode.py) and the bounds on each document's decode.
+    # Decode worker processes (ocr_app/documents/decode.py) and the bounds on each document's decode.
     preprocess_workers: int = Field(
         default_factory=lambda: os.cpu_count() or 1,
         ge=1,
@@ -369,11 +370,11 @@ class Settings(BaseSettings):
         10.0, gt=0, le=300, description="Seconds per webhook attempt, connect to last byte."
     )
 
-    # Shadow comparison during a canary upgrade (ocr_app/shadow.py): while shadow_file exists (JSON {"url",
-    # "share"}, written by the ocr_app role's `shadow`), a share of this instance's 200 answers is replayed to
-    # the canary at url and the texts compared; None: never. shadow_ca_file verifies the canary's HTTPS (None:
-    # the system's CAs). At most shadow_max_inflight replays at once: a sampled request finding them all busy
-    # is skipped, never queued.
+    # Shadow comparison during a canary upgrade (ocr_app/fleet/shadow.py): while shadow_file exists (JSON
+    # {"url", "share"}, written by the ocr_app role's `shadow`), a share of this instance's 200 answers is
+    # replayed to the canary at url and the texts compared; None: never. shadow_ca_file verifies the canary's
+    # HTTPS (None: the system's CAs). At most shadow_max_inflight replays at once: a sampled request finding
+    # them all busy is skipped, never queued.
     shadow_file: Path | None = Field(
         Path("/run/ocr-app/shadow.json"),
         description="While this control file exists (JSON {url, share}), that share of the 200 answers is "
@@ -408,7 +409,7 @@ class Settings(BaseSettings):
     )
 
     # /healthz turns 503 `degraded` (the load balancer takes the instance out) while it cannot take new
-    # work in reasonable time; each condition clears by itself (ocr_app/health.py).
+    # work in reasonable time; each condition clears by itself (ocr_app/ocr/health.py).
     # The event loop woke this much late (every request waited as long): out for the window after it.
     health_loop_lag_s: float = Field(
         1.0, gt=0, description="/healthz is 503 degraded once the event loop woke this many seconds late..."

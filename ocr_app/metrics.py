@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 from prometheus_client import (
     CollectorRegistry,
@@ -12,10 +12,10 @@ from prometheus_client import (
     PlatformCollector,
     ProcessCollector,
 )
-from prometheus_client.core import CounterMetricFamily
+from prometheus_client.core import CounterMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from .results import not_ready, overloaded, timeout
+from .errors import NotReady, Overloaded, Timeout
 
 # OCR takes from tens of milliseconds (a receipt on a GPU) to minutes (a 50-page PDF on a CPU).
 _SECONDS = (0.05, 0.1, 0.25, 0.5, 1, 2, 4, 8, 15, 30, 60, 120, 300)
@@ -39,8 +39,8 @@ class Metrics:
         )
         self.rejected = Counter("ocr_rejected", "Requests refused, by error code", ["reason"], registry=r)
         # Capacity refusals exist at 0 from the start: rate() then sees an instance's very first one.
-        for err in (overloaded(1), not_ready("loading"), timeout(0)):
-            self.rejected.labels(err.code)
+        for code in (Overloaded.code, NotReady.code, Timeout.code):
+            self.rejected.labels(code)
         self.decode_killed = Counter(
             "ocr_decode_workers_killed",
             "Decode workers stopped (and replaced), by reason: "
@@ -48,7 +48,7 @@ class Metrics:
             ["reason"],
             registry=r,
         )
-        # How late the event loop's periodic wake-up is (ocr_app/health.py), one sample every 0.25 s. A
+        # How late the event loop's periodic wake-up is (ocr_app/ocr/health.py), one sample every 0.25 s. A
         # histogram rather than a gauge of the recent max: a scrape cannot miss a spike between two scrapes,
         # rate(_sum) is the share of time requests waited on a busy loop, and the buckets above 0.1 s
         # count the blocks an operator alerts on (a healthy loop stays in the lowest buckets).
@@ -94,7 +94,7 @@ class Metrics:
         )
         for outcome in ("delivered", "retried", "failed"):
             self.job_webhooks.labels(outcome)
-        # ocr_shadow_* (the canary replays) are ocr_app/shadow.py's, in this registry.
+        # ocr_shadow_* (the canary replays) are ocr_app/fleet/shadow.py's, in this registry.
         self.inflight = Gauge("ocr_inflight_requests", "Interactive OCR requests being processed", registry=r)
         self.job_pages_inflight = Gauge(
             "ocr_job_pages_inflight", "Bulk-job pages this instance is reading", registry=r
@@ -141,7 +141,7 @@ class _EngineCounter(Collector):
         self.documentation = documentation
         self.read = read
 
-    def collect(self):
+    def collect(self) -> Iterator[Metric]:
         yield CounterMetricFamily(self.name, self.documentation, value=self.read())
 
 
@@ -151,7 +151,7 @@ class _RotationCounter(Collector):
     def __init__(self, read: Callable[[], dict[int, int]]):
         self.read = read
 
-    def collect(self):
+    def collect(self) -> Iterator[Metric]:
         family = CounterMetricFamily(
             "ocr_page_rotations",
             "Pages the engine ran, by the rotation (degrees clockwise) it applied to read them upright",

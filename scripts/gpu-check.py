@@ -48,14 +48,15 @@ def smi_gpus(smi: str) -> list[dict]:
 
 def engine_for_probe():
     from ocr_app.config import load_settings
-    from ocr_app.engines.vllm import VllmEngine, _import_vllm
+    from ocr_app.engines.vllm.engine import VllmEngine
+    from ocr_app.engines.vllm.runtime import import_vllm
 
     # The probe needs no model: settings that validate, an engine that is never loaded.
     settings = load_settings(
         None, engine="vllm", model_path=tempfile.gettempdir(), auth_disabled=True, vllm_grounding=False
     )
     engine = VllmEngine(settings)
-    engine._vllm = _import_vllm()
+    engine._vllm = import_vllm()
     return engine
 
 
@@ -64,10 +65,10 @@ def probe() -> int:
     import torch
 
     from ocr_app.engines import _cuda_gpu_present
-    from ocr_app.engines.vllm import _device_from_env
+    from ocr_app.engines.vllm.device import device_from_env
 
     engine = engine_for_probe()
-    before_load = _device_from_env()  # what /healthz says while the model loads
+    before_load = device_from_env()  # what /healthz says while the model loads
     preflight = engine._probe_device()  # ocr-app check's line
     engine._find_device()  # what load() settles on, with its NVML handle
     pynvml, handle = engine._nvml

@@ -14,13 +14,12 @@ import fcntl
 import os
 import sys
 
-import ocr_app.engines.vllm
+import ocr_app.engines.vllm.engine
 from ocr_app.cli import main
-from ocr_app.engines import EngineError, EngineLine, EnginePage
-from ocr_app.engines.base import SELF_TEST_TEXT, Engine
+from ocr_app.engines.base import SELF_TEST_TEXT, Engine, EngineError, EngineLine, EnginePage
 
 
-class ExclusiveEngine(ocr_app.engines.vllm.VllmEngine):
+class ExclusiveEngine(ocr_app.engines.vllm.engine.VllmEngine):
     """VllmEngine's identity and `claims_device`; a lock file instead of vLLM."""
 
     def __init__(self, settings, grounding_detector=None):
@@ -69,7 +68,7 @@ class ExclusiveEngine(ocr_app.engines.vllm.VllmEngine):
 
 
 # create_engine imports VllmEngine from this module when it is called: it gets the stand-in.
-ocr_app.engines.vllm.VllmEngine = ExclusiveEngine
+ocr_app.engines.vllm.engine.VllmEngine = ExclusiveEngine
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -57,7 +57,7 @@ def nested_xobject_pdf(depth: int, fanout: int = 10) -> bytes:
     """A page that draws form X{depth}, each form drawing the one below it `fanout` times: fanout**depth
     fills from ~2 KB. Depth 4 (21 111 page objects) renders for ~9 s in PDFium at the default
     max_image_side; depth 5 (211 111) is over MAX_PDF_PAGE_OBJECTS and refused before it renders
-    (ocr_app/documents.py)."""
+    (ocr_app/documents/pdf.py)."""
     first_form = 5  # objects 1-4: catalog, page tree, page, page content
     content = b"/X%d Do" % depth
     objects = [

@@ -2,7 +2,7 @@
 
 Run as `python tests/nvml_engine.py <ocr-app arguments>` with `engine: rapidocr` in the config and env
 NVML_CONTROL naming a directory. The class behind `engine: rapidocr` is replaced, in this process, by the
-vllm engine (ocr_app.engines.vllm.VllmEngine) without vLLM: its device lookup (_find_device) and its
+vllm engine (ocr_app.engines.vllm.engine.VllmEngine) without vLLM: its device lookup (_find_device) and its
 NVML reader (device_problem, available_memory_mb) are the app's own; vLLM's platform and the pynvml module
 it hands out are stand-ins. While NVML_CONTROL/mismatch exists, NVML answers as it does once the driver's
 libraries were upgraded under the loaded kernel module: "Driver/library version mismatch" (error 18).
@@ -16,11 +16,11 @@ import sys
 import types
 from pathlib import Path
 
-import ocr_app.engines.rapidocr
+import ocr_app.engines.rapidocr.engine
 from ocr_app.cli import main
-from ocr_app.engines import EngineLine, EnginePage
-from ocr_app.engines.base import SELF_TEST_TEXT, Engine
-from ocr_app.engines.vllm import NVML_LIB_RM_VERSION_MISMATCH, VllmEngine
+from ocr_app.engines.base import SELF_TEST_TEXT, Engine, EngineLine, EnginePage
+from ocr_app.engines.vllm.device import NVML_LIB_RM_VERSION_MISMATCH
+from ocr_app.engines.vllm.engine import VllmEngine
 
 
 class NVMLError(Exception):
@@ -84,7 +84,7 @@ class NvmlEngine(VllmEngine):
 
 
 # create_engine imports RapidOcrEngine from this module when it is called: it gets the stand-in.
-ocr_app.engines.rapidocr.RapidOcrEngine = NvmlEngine  # type: ignore[misc]
+ocr_app.engines.rapidocr.engine.RapidOcrEngine = NvmlEngine  # type: ignore[misc]
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -22,10 +22,9 @@ import sys
 import time
 from pathlib import Path
 
-import ocr_app.engines.rapidocr
+import ocr_app.engines.rapidocr.engine
 from ocr_app.cli import main
-from ocr_app.engines import EngineLine, EnginePage
-from ocr_app.engines.base import SELF_TEST_TEXT, Engine
+from ocr_app.engines.base import SELF_TEST_TEXT, Engine, EngineLine, EnginePage
 
 
 class StallEngine(Engine):
@@ -59,7 +58,7 @@ class StallEngine(Engine):
 
 
 # create_engine imports RapidOcrEngine from this module when it is called: it gets the stand-in.
-ocr_app.engines.rapidocr.RapidOcrEngine = StallEngine  # type: ignore[misc]
+ocr_app.engines.rapidocr.engine.RapidOcrEngine = StallEngine  # type: ignore[misc]
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -7,9 +7,10 @@ import asyncio
 
 import pytest
 
-from ocr_app.admission import Admission
 from ocr_app.engines.base import PriorityGate
-from ocr_app.results import ApiError
+from ocr_app.errors import Overloaded
+from ocr_app.http.errors import http_status
+from ocr_app.ocr.admission import Admission
 
 
 def test_job_pages_start_only_while_interactive_requests_leave_room():
@@ -24,10 +25,10 @@ def test_job_pages_start_only_while_interactive_requests_leave_room():
         assert a.background_may_start()
         async with a.background_slot(), a.background_slot():
             assert not a.background_may_start()  # background_max job pages run
-            with pytest.raises(ApiError) as err:
+            with pytest.raises(Overloaded) as err:
                 async with a.background_slot():
                     pass
-            assert (err.value.status, err.value.code) == (503, "overloaded")
+            assert (http_status(err.value), err.value.code) == (503, "overloaded")
             # Job pages never take an interactive slot: two interactive requests still get in at once.
             async with a.slot(), a.slot():
                 assert (a.inflight, a.queued) == (2, 0)

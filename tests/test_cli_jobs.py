@@ -19,7 +19,7 @@ import time
 
 import pytest
 
-from ocr_app.jobclient import iter_lines, iter_sse
+from ocr_app.fleet.jobclient import iter_lines, iter_sse
 
 from .server import OCR_APP
 from .test_jobs import StallServer, doc, make_server, submit_ok, wait_status

@@ -18,8 +18,8 @@ import pytest
 from PIL import Image
 
 from ocr_app.config import Settings
-from ocr_app.decode import PAGE_DIR_PREFIX, DecodePool, DecodeRequest, _page_dir, decode_document
-from ocr_app.documents import load_pages
+from ocr_app.documents.decode import PAGE_DIR_PREFIX, DecodePool, DecodeRequest, _page_dir, decode_document
+from ocr_app.documents.pages import load_pages
 
 from .docs import encode, multipage_tiff, png_bomb, render
 from .hostile import slow_render_pdf

@@ -9,17 +9,16 @@ import pypdfium2 as pdfium
 import pytest
 from PIL import Image
 
-from ocr_app.documents import (
+from ocr_app.documents.image import Limits, shrink
+from ocr_app.documents.pages import load_pages
+from ocr_app.documents.pdf import MAX_PDF_PAGE_OBJECTS
+from ocr_app.documents.upload import (
     MAX_MULTIPART_PARTS,
-    MAX_PDF_PAGE_OBJECTS,
-    Limits,
     classify,
     extract_multipart_file,
-    load_pages,
     parse_page_selection,
-    shrink,
 )
-from ocr_app.results import ApiError
+from ocr_app.errors import OcrError
 
 from . import hostile as h
 from .docs import encode, jpeg_with_orientation, multipage_tiff, pdf, png_bomb, render
@@ -28,7 +27,7 @@ LIMITS = Limits(max_pixels=50_000_000, max_image_side=1540, max_pages=50, pdf_dp
 
 
 def code_of(fn, *args) -> str:
-    with pytest.raises(ApiError) as exc:
+    with pytest.raises(OcrError) as exc:
         fn(*args)
     return exc.value.code
 
@@ -102,7 +101,7 @@ def test_pdf_page_at_the_object_bound_is_served_and_one_more_is_refused(forms, f
     assert forms * (1 + fills) + extra == MAX_PDF_PAGE_OBJECTS == 100_000
     [page] = load_pages(h.pdf_form_fills(forms, fills, extra), "application/pdf", None, LIMITS)
     assert page.image.size == (1190, 1540)
-    with pytest.raises(ApiError) as exc:
+    with pytest.raises(OcrError) as exc:
         load_pages(h.pdf_form_fills(forms, fills, extra + 1), "application/pdf", None, LIMITS)
     assert exc.value.code == "invalid_image"
     assert "PDF page 1 draws more than 100 000 objects" in exc.value.message
@@ -114,7 +113,7 @@ def test_pdf_nested_forms_are_refused_before_anything_renders(monkeypatch):
 
     monkeypatch.setattr(pdfium.PdfPage, "render", render)
     # 6 forms nested, each drawing the next 10 times: 211 111 objects from 3 KB (10^5 page-sized fills).
-    with pytest.raises(ApiError) as exc:
+    with pytest.raises(OcrError) as exc:
         load_pages(h.nested_xobject_pdf(5), "application/pdf", None, LIMITS)
     assert exc.value.code == "invalid_image"
     assert "more than 100 000 objects (form XObjects nested 6 deep)" in exc.value.message
@@ -179,6 +178,6 @@ def test_multipart_parsing_is_bounded():
     headers = b"".join(b"X-H%d: v\r\n" % i for i in range(10_000))
     crowded = b'--B\r\nContent-Disposition: form-data; name="file"\r\n' + headers + b"\r\nPNG\r\n--B--\r\n"
     for body, why in ((many, f"more than {MAX_MULTIPART_PARTS} parts"), (crowded, "header count")):
-        with pytest.raises(ApiError) as err:
+        with pytest.raises(OcrError) as err:
             extract_multipart_file(body, ctype)
         assert err.value.code == "invalid_parameter" and why in err.value.message

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from ocr_app.evaluation import percentile
+from ocr_app.fleet.evaluation import percentile
 
 from .docs import encode, pdf, render
 from .test_cli import run

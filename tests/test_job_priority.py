@@ -15,9 +15,9 @@ import pytest
 from ocr_app.config import Settings
 from ocr_app.engines import create_engine
 from ocr_app.engines.base import SELF_TEST_TEXT, sample_page
-from ocr_app.engines.rapidocr import JOB_THREAD_NAME, RapidOcrEngine
+from ocr_app.engines.rapidocr.engine import JOB_THREAD_NAME, RapidOcrEngine
 from ocr_app.metrics import Metrics
-from ocr_app.pipeline import Pipeline
+from ocr_app.ocr.pipeline import Pipeline
 
 
 def threads() -> list[tuple[str, int, int]]:

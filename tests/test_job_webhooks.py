@@ -21,10 +21,11 @@ import psycopg
 import pytest
 
 from ocr_app.config import ConfigError, load_settings
+from ocr_app.errors import InvalidWebhook
+from ocr_app.http.errors import http_status
 from ocr_app.jobs import schema, webhooks
 from ocr_app.jobs.service import check_webhook_url
 from ocr_app.jobs.store import JobStore
-from ocr_app.results import ApiError
 
 from .test_errors import assert_error
 from .test_jobs import StallServer, doc, make_server, submit, submit_ok, wait_status
@@ -242,9 +243,9 @@ def test_a_url_outside_the_allow_list_is_refused_at_submit(hooks_srv, receiver):
 
 
 def test_without_an_allow_list_webhooks_are_refused():
-    with pytest.raises(ApiError) as err:
+    with pytest.raises(InvalidWebhook) as err:
         check_webhook_url("http://127.0.0.1:9/hooks/", [])  # the default: an empty list
-    assert (err.value.status, err.value.code) == (400, "invalid_webhook")
+    assert (http_status(err.value), err.value.code) == (400, "invalid_webhook")
     assert "job_webhook_allowed_urls is empty" in err.value.message
     check_webhook_url(None, [])  # no webhook asked for: nothing to check
 
@@ -285,18 +286,19 @@ def test_a_dead_senders_delivery_is_taken_by_another_once_its_lease_expires(post
         await store.open()
         try:
             job_id, _ = await store.create("o", None, "f", "image/png", {}, [1], b"doc", 1, 10, "http://h/x")
-            assert await store.claim_webhook("w", 30) is None  # not due while the job runs
+            assert await store.deliveries.claim("w", 30) is None  # not due while the job runs
             assert await store.cancel("o", job_id, 60)
-            dead = await store.claim_webhook("dead", 0.5)
+            dead = await store.deliveries.claim("dead", 0.5)
             assert dead is not None and dead.job_id == job_id and dead.attempts == 1 and dead.owner == "o"
-            assert await store.claim_webhook("alive", 30) is None  # leased
+            assert await store.deliveries.claim("alive", 30) is None  # leased
             deadline = time.monotonic() + 30
             # Polls the database's clock past the dead sender's lease (no event says when it passes).
-            while (again := await store.claim_webhook("alive", 30)) is None and time.monotonic() < deadline:  # noqa: ASYNC110
+            claim = store.deliveries.claim
+            while (again := await claim("alive", 30)) is None and time.monotonic() < deadline:  # noqa: ASYNC110
                 await asyncio.sleep(0.05)
             assert again is not None and again.id == dead.id and again.attempts == 2
-            await store.webhook_retry(again, 3600, 503, None)
-            assert await store.claim_webhook("alive", 30) is None  # not due for an hour
+            await store.deliveries.retry(again, 3600, 503, None)
+            assert await store.deliveries.claim("alive", 30) is None  # not due for an hour
         finally:
             await store.close()
 

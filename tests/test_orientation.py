@@ -8,7 +8,8 @@ import asyncio
 import numpy as np
 import pytest
 
-from ocr_app.engines.rapidocr import RapidOcrEngine, _unrotate
+from ocr_app.engines.rapidocr.engine import RapidOcrEngine
+from ocr_app.engines.rapidocr.orientation import unrotate
 
 from .docs import TEXTS, render
 from .test_ocr_contract import cer, iou, normalise
@@ -84,9 +85,9 @@ def test_unrotate_is_the_inverse_of_the_turn():
     # A box in the top-left corner of the upright page; the page as sent was the upright one turned
     # counterclockwise 90 (the top-left corner went to the bottom left), 180 (bottom right), 270 (top right).
     box = (0.1, 0.2, 0.3, 0.25)
-    assert _unrotate(box, 90) == pytest.approx((0.2, 0.7, 0.25, 0.9))
-    assert _unrotate(box, 180) == pytest.approx((0.7, 0.75, 0.9, 0.8))
-    assert _unrotate(box, 270) == pytest.approx((0.75, 0.1, 0.8, 0.3))
+    assert unrotate(box, 90) == pytest.approx((0.2, 0.7, 0.25, 0.9))
+    assert unrotate(box, 180) == pytest.approx((0.7, 0.75, 0.9, 0.8))
+    assert unrotate(box, 270) == pytest.approx((0.75, 0.1, 0.8, 0.3))
 
 
 def test_orientation_off_reads_the_page_as_sent(doc):

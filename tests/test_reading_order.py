@@ -1,6 +1,6 @@
-"""A page's layout (ocr_app.layout): reading order by a recursive XY-cut over the line boxes, and the blocks
-it groups them into; synthetic boxes with the exact order and blocks expected, and one rendered two-column
-page read through the real rapidocr engine."""
+"""A page's layout (ocr_app.engines.layout): reading order by a recursive XY-cut over the line boxes, and
+the blocks it groups them into; synthetic boxes with the exact order and blocks expected, and one rendered
+two-column page read through the real rapidocr engine."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ import random
 import jiwer
 import pytest
 
-from ocr_app.documents import PageImage
-from ocr_app.engines.rapidocr import RapidOcrEngine
-from ocr_app.layout import page_layout, reading_order, row_order
+from ocr_app.documents.image import PageImage
+from ocr_app.engines.layout import page_layout, reading_order, row_order
+from ocr_app.engines.rapidocr.engine import RapidOcrEngine
 
 from .docs import ARTICLE, layout_pages, photo_like, render_columns
 

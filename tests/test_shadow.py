@@ -1,6 +1,6 @@
-"""Shadow comparison (ocr_app/shadow.py): an old instance replays the requests it answered to a canary, over
-real HTTP between real app processes (rapidocr), and counts what the comparison found; its clients only ever
-get its own answers. The control file is the one the ocr_app role's `shadow` writes."""
+"""Shadow comparison (ocr_app/fleet/shadow.py): an old instance replays the requests it answered to a canary,
+over real HTTP between real app processes (rapidocr), and counts what the comparison found; its clients only
+ever get its own answers. The control file is the one the ocr_app role's `shadow` writes."""
 
 from __future__ import annotations
 

@@ -7,11 +7,9 @@ import logging
 from pathlib import Path
 
 from ..config import Settings
-from .base import Engine, EngineError, EngineLine, EnginePage
+from .base import Engine, EngineError
 
 log = logging.getLogger("ocr_app.engines")
-
-__all__ = ["Engine", "EngineError", "EngineLine", "EnginePage", "create_engine", "resolve_engine_name"]
 
 
 def _cuda_gpu_present() -> bool:
@@ -37,14 +35,14 @@ def create_engine(settings: Settings) -> Engine:
     if name == "rapidocr":
         return _rapidocr(settings, settings.model_path)
     if name == "vllm":
-        from .vllm import VllmEngine
+        from .vllm.engine import VllmEngine
 
         return VllmEngine(settings, grounding_detector=_grounding_detector(settings))
     raise EngineError(f"unknown engine {name!r}")
 
 
 def _rapidocr(settings: Settings, model_dir: Path | None = None, job_pages: bool = True) -> Engine:
-    from .rapidocr import RapidOcrEngine
+    from .rapidocr.engine import RapidOcrEngine
 
     job_workers = settings.rapidocr_job_workers
     if job_workers is None:

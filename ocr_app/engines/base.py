@@ -11,8 +11,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from PIL import Image, ImageDraw, ImageFont
+from prometheus_client.registry import Collector
 
-from ..documents import PageImage
+from ..documents.image import PageImage
 
 SELF_TEST_TEXT = "OCR self-test 2048"
 
@@ -24,7 +25,7 @@ class PriorityGate:
 
     def __init__(self, n: int):
         self._free = n
-        self._waiting: tuple[deque[asyncio.Future], deque[asyncio.Future]] = (deque(), deque())
+        self._waiting: tuple[deque[asyncio.Future[None]], deque[asyncio.Future[None]]] = (deque(), deque())
 
     async def acquire(self, background: bool = False) -> None:
         if self._free > 0 and not any(self._waiting):
@@ -156,7 +157,7 @@ class Engine(abc.ABC):
         """Why the engine's device cannot take work (its driver refuses it), read per /healthz; or None."""
         return None
 
-    def metrics_collector(self):
+    def metrics_collector(self) -> Collector | None:
         """A prometheus_client collector of the backend's own metrics, exported beside ours; or None."""
         return None
 

@@ -10,7 +10,7 @@ job.
 The queue is our own SQL, not a library (procrastinate 3.x, pgqueuer 1.x were read for it):
 - Both are task queues: the unit is one task run by a function. Ours is a page range whose pages are
   written one by one, idempotently, and whose claims must wait for this instance's interactive admission
-  queue (ocr_app/admission.py); with a library its worker loop would own the concurrency and the claim.
+  queue (ocr_app/ocr/admission.py); with a library its worker loop would own the concurrency and the claim.
 - Recovery of work whose worker died is what we need most, and it is where both have had their faults:
   procrastinate marks a killed worker's jobs stalled but leaves them in `doing` until the application
   retries them itself (procrastinate#307, #1518: jobs stuck in doing forever once the dead worker's row was

@@ -9,23 +9,17 @@ import hashlib
 import json
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import contextmanager
+from typing import Any
 
 import psycopg
 
 from ..config import Settings
-from ..decode import DecodeRequest
+from ..documents.decode import DecodeRequest
+from ..errors import InvalidParameter, InvalidWebhook, JobNotFinished, JobNotFound, TooManyPages
 from ..metrics import Metrics
-from ..pipeline import Pipeline
-from ..results import (
-    invalid_parameter,
-    invalid_webhook,
-    job_not_finished,
-    job_not_found,
-    jobs_unavailable,
-    too_large,
-)
+from ..ocr.pipeline import Pipeline
 from . import events, webhooks
 from .store import FINISHED, JobStore, unavailable
 from .worker import JobWorker, SecretOf
@@ -37,7 +31,7 @@ NO_DATABASE = (
 
 
 @contextmanager
-def _database():
+def _database() -> Iterator[None]:
     try:
         yield
     except psycopg.Error as err:  # the pool's timeout included
@@ -45,13 +39,13 @@ def _database():
 
 
 def check_webhook_url(url: str | None, allowed: list[str]) -> None:
-    """400 invalid_webhook unless the URL lies under one of job_webhook_allowed_urls."""
+    """InvalidWebhook unless the URL lies under one of job_webhook_allowed_urls."""
     if url is None:
         return
     if not allowed:
-        raise invalid_webhook("webhooks are not enabled on this server (job_webhook_allowed_urls is empty)")
+        raise InvalidWebhook("webhooks are not enabled on this server (job_webhook_allowed_urls is empty)")
     if not webhooks.allowed(url, allowed):
-        raise invalid_webhook(
+        raise InvalidWebhook(
             "webhook_url must be an http(s) URL without user info under one of the server's "
             "job_webhook_allowed_urls"
         )
@@ -61,7 +55,7 @@ def _job_id(text: str) -> uuid.UUID:
     try:
         return uuid.UUID(text)
     except ValueError:
-        raise job_not_found() from None
+        raise JobNotFound() from None
 
 
 class Jobs:
@@ -117,12 +111,10 @@ class Jobs:
         )
         if selection is None:
             if count > s.max_job_pages:
-                raise too_large(
-                    "too_many_pages", f"the document has more than {s.max_job_pages} pages (max_job_pages)"
-                )
+                raise TooManyPages(f"the document has more than {s.max_job_pages} pages (max_job_pages)")
             selection = list(range(1, count + 1))
         elif selection[-1] > count:
-            raise invalid_parameter(f"page {selection[-1]} is out of range: the document has {count} page(s)")
+            raise InvalidParameter(f"page {selection[-1]} is out of range: the document has {count} page(s)")
         options = {"preview": preview, "max_tokens": max_tokens}
         # The webhook is part of what was asked for; without one the fingerprint is as before webhooks.
         hook = {"webhook_url": webhook_url} if webhook_url is not None else {}
@@ -146,43 +138,39 @@ class Jobs:
             self.worker.wake()
         return job_id, created
 
-    async def status(self, owner: str, job_id: str) -> dict:
+    async def status(self, owner: str, job_id: str) -> dict[str, Any]:
         with _database():
             found = await self.store.status(owner, _job_id(job_id))
         if found is None:
-            raise job_not_found()
+            raise JobNotFound()
         return found
 
-    async def cancel(self, owner: str, job_id: str) -> dict:
+    async def cancel(self, owner: str, job_id: str) -> dict[str, Any]:
         with _database():
             if not await self.store.cancel(owner, _job_id(job_id), self.settings.job_result_ttl_s):
-                raise job_not_found()
+                raise JobNotFound()
         return await self.status(owner, job_id)
 
     async def events(self, owner: str, job_id: str, last_event_id: str | None) -> AsyncIterator[str]:
         after = 0
         if last_event_id:
             if not last_event_id.strip().isdigit():
-                raise invalid_parameter("Last-Event-ID must be a page number (the id of the last page event)")
+                raise InvalidParameter("Last-Event-ID must be a page number (the id of the last page event)")
             after = int(last_event_id)
         jid = _job_id(job_id)
         with _database():
             pages = await self.store.pages_of(owner, jid)
         if pages is None:
-            raise job_not_found()
+            raise JobNotFound()
         return events.sse(self.store, jid, pages, after, self.settings.job_poll_s, self.stopping)
 
     async def result(self, owner: str, job_id: str, ndjson: bool) -> AsyncIterator[str]:
         found = await self.status(owner, job_id)
         if found["status"] not in FINISHED:
-            raise job_not_finished(found["status"])
+            raise JobNotFinished(found["status"])
         jid = _job_id(job_id)
         return (
             events.result_ndjson(self.store, jid)
             if ndjson
             else events.result_json(self.store, jid, found["status"])
         )
-
-
-def no_database() -> None:
-    raise jobs_unavailable(NO_DATABASE)

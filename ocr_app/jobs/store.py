@@ -12,14 +12,16 @@ import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 import psycopg
 from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 from psycopg_pool import AsyncConnectionPool
 
-from ..results import ApiError, idempotency_conflict, jobs_unavailable, too_many_jobs
+from ..errors import IdempotencyConflict, JobsUnavailable, TooManyJobs
 from . import schema
+from .deliveries import Deliveries
 
 log = logging.getLogger("ocr_app.jobs")
 
@@ -32,26 +34,15 @@ class Claim:
     first_page: int
     pages: list[int]
     content_type: str
-    options: dict
+    options: dict[str, Any]
     reclaimed: bool  # its previous owner's lease had expired
-
-
-@dataclass(frozen=True)
-class Delivery:
-    """A webhook delivery claimed for one attempt (this one: `attempts`, counted from 1)."""
-
-    id: uuid.UUID
-    job_id: uuid.UUID
-    owner: str
-    url: str
-    attempts: int
 
 
 @dataclass(frozen=True)
 class PageRow:
     page: int
     result: str | None  # the page's JSON as /v1/ocr returns it
-    error: dict | None
+    error: dict[str, str] | None  # {code, message}
 
 
 def _iso(t: datetime | None) -> str | None:
@@ -70,6 +61,7 @@ class JobStore:
             name="ocr-jobs",
         )
         self.schema_version: int | None = None  # None: not read yet
+        self.deliveries = Deliveries(self.pool)  # the webhooks' rows, on the same pool
 
     async def open(self) -> None:
         await self.pool.open(wait=False)
@@ -78,11 +70,11 @@ class JobStore:
         await self.pool.close()
 
     # The reasons the job routes refuse, checked on every request.
-    def refusal(self) -> ApiError | None:
+    def refusal(self) -> JobsUnavailable | None:
         if self.schema_version is None:
-            return jobs_unavailable("the job database has not been reached yet (database_url)")
+            return JobsUnavailable("the job database has not been reached yet (database_url)")
         if self.schema_version < schema.LATEST:
-            return jobs_unavailable(schema.behind_message(self.schema_version))
+            return JobsUnavailable(schema.behind_message(self.schema_version))
         return None
 
     async def check_schema(self) -> int:
@@ -106,7 +98,7 @@ class JobStore:
         idempotency_key: str | None,
         fingerprint: str,
         content_type: str,
-        options: dict,
+        options: dict[str, Any],
         pages: list[int],
         body: bytes,
         range_pages: int,
@@ -128,7 +120,7 @@ class JobStore:
                 ).fetchone()
                 if row is not None:
                     if row[1] != fingerprint:
-                        raise idempotency_conflict()
+                        raise IdempotencyConflict()
                     return row[0], False
             row = await (
                 await conn.execute(
@@ -137,7 +129,7 @@ class JobStore:
                 )
             ).fetchone()
             if row is not None and row[0] >= max_in_flight:
-                raise too_many_jobs(max_in_flight)
+                raise TooManyJobs(max_in_flight)
             await conn.execute(
                 "INSERT INTO ocr_jobs (id, owner, idempotency_key, fingerprint, content_type, options,"
                 " status, pages) VALUES (%s, %s, %s, %s, %s, %s, 'queued', %s)",
@@ -158,7 +150,7 @@ class JobStore:
                 )
         return job_id, True
 
-    async def status(self, owner: str, job_id: uuid.UUID) -> dict | None:
+    async def status(self, owner: str, job_id: uuid.UUID) -> dict[str, Any] | None:
         """The job as GET /v1/jobs/{id} shows it, or None (no such job, or another key's)."""
         async with self.pool.connection() as conn:
             cur = conn.cursor(row_factory=dict_row)
@@ -327,7 +319,7 @@ class JobStore:
             return cur.rowcount == 1
 
     async def write_page(
-        self, job_id: uuid.UUID, page: int, result: str | None, error: dict | None, worker: str
+        self, job_id: uuid.UUID, page: int, result: str | None, error: dict[str, str] | None, worker: str
     ) -> bool:
         """Record a page's result once; a replay (the range ran twice) changes nothing. True: written now."""
         async with self.pool.connection() as conn:
@@ -377,77 +369,12 @@ class JobStore:
             "UPDATE ocr_job_ranges SET state = 'queued', lease_owner = NULL, lease_expires_at = NULL"
             " WHERE lease_owner = %s AND state = 'leased'"
         )
-        params: tuple = (worker,)
+        params: tuple[object, ...] = (worker,)
         if claim is not None:
             sql += " AND job_id = %s AND first_page = %s"
             params += (claim.job_id, claim.first_page)
         async with self.pool.connection() as conn:
             return (await conn.execute(sql, params)).rowcount
-
-    # --- the webhook senders' side ---------------------------------------------------------------------
-
-    async def claim_webhook(self, worker: str, lease_s: float) -> Delivery | None:
-        """Lease the longest-due webhook delivery of a finished job: pending, its next attempt due, and not
-        leased (or its sender's lease expired: that sender died). Its attempt is counted now."""
-        async with self.pool.connection() as conn, conn.transaction():
-            row = await (
-                await conn.execute(
-                    """
-                    WITH c AS (
-                        SELECT w.id, j.owner
-                        FROM ocr_job_webhooks w JOIN ocr_jobs j ON j.id = w.job_id
-                        WHERE w.state = 'pending' AND w.next_attempt_at <= now()
-                          AND (w.lease_expires_at IS NULL OR w.lease_expires_at < now())
-                          AND j.status IN ('done', 'failed', 'cancelled')
-                        ORDER BY w.next_attempt_at
-                        LIMIT 1
-                        FOR UPDATE OF w SKIP LOCKED
-                    )
-                    UPDATE ocr_job_webhooks w
-                    SET lease_owner = %s, lease_expires_at = now() + make_interval(secs => %s),
-                        attempts = w.attempts + 1
-                    FROM c WHERE w.id = c.id
-                    RETURNING w.id, w.job_id, c.owner, w.url, w.attempts
-                    """,
-                    (worker, lease_s),
-                )
-            ).fetchone()
-        return Delivery(*row) if row else None
-
-    async def webhook_done(
-        self, delivery: Delivery, state: str, status: int | None, error: str | None
-    ) -> None:
-        """Record a final outcome: delivered or failed."""
-        async with self.pool.connection() as conn:
-            await conn.execute(
-                "UPDATE ocr_job_webhooks SET state = %s, last_status = %s, last_error = %s,"
-                " finished_at = now(), lease_owner = NULL, lease_expires_at = NULL"
-                " WHERE id = %s AND state = 'pending'",
-                (state, status, error, delivery.id),
-            )
-
-    async def webhook_retry(
-        self, delivery: Delivery, after_s: float, status: int | None, error: str | None
-    ) -> None:
-        """Another attempt after_s from now (by whichever instance claims it then)."""
-        async with self.pool.connection() as conn:
-            await conn.execute(
-                "UPDATE ocr_job_webhooks SET last_status = %s, last_error = %s,"
-                " next_attempt_at = now() + make_interval(secs => %s), lease_owner = NULL,"
-                " lease_expires_at = NULL WHERE id = %s AND state = 'pending'",
-                (status, error, after_s, delivery.id),
-            )
-
-    async def release_webhooks(self, worker: str) -> int:
-        """Give back the deliveries this sender was attempting when it stopped: due again at once, the
-        interrupted attempt not counted."""
-        async with self.pool.connection() as conn:
-            cur = await conn.execute(
-                "UPDATE ocr_job_webhooks SET lease_owner = NULL, lease_expires_at = NULL,"
-                " attempts = greatest(attempts - 1, 0) WHERE lease_owner = %s AND state = 'pending'",
-                (worker,),
-            )
-            return cur.rowcount
 
     # --- the timer's side -----------------------------------------------------------------------------
 
@@ -459,7 +386,7 @@ class JobStore:
     async def stats(self) -> tuple[dict[str, int], int, float]:
         """Fleet-wide: jobs by status, pages waiting for a worker, the oldest waiting range's age (s)."""
         async with self.pool.connection() as conn:
-            by_status = dict(
+            by_status: dict[str, int] = dict(
                 await (await conn.execute("SELECT status, count(*) FROM ocr_jobs GROUP BY status")).fetchall()
             )
             row = await (
@@ -474,6 +401,6 @@ class JobStore:
         return by_status, int(row[0]), float(row[1])
 
 
-def unavailable(err: psycopg.Error) -> ApiError:
+def unavailable(err: psycopg.Error) -> JobsUnavailable:
     log.warning("job database error: %s", type(err).__name__)
-    return jobs_unavailable("the job database is unavailable; retry later")
+    return JobsUnavailable("the job database is unavailable; retry later")

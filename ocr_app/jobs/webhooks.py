@@ -4,8 +4,8 @@ Submit: `webhook_url` must lie under one of the prefixes of `job_webhook_allowed
 scheme (http or https), host and port, and a path inside the prefix's path; no user info. The URL is
 checked again before every attempt (the setting may have changed since).
 
-Delivery (worker.py's senders, the store's `ocr_job_webhooks` rows): any instance claims a due delivery with
-a lease, POSTs `payload(...)` signed with the job's API key's secret (`sign`), and records the outcome:
+Delivery (worker.py's senders, deliveries.py's `ocr_job_webhooks` rows): any instance claims a due delivery
+with a lease, POSTs `payload(...)` signed with the job's API key's secret (`sign`), and records the outcome:
 2xx delivered; 5xx, a time-out or no connection: retried after `backoff(...)` until
 job_webhook_max_attempts; 3xx (redirects are never followed) and 4xx: failed at once.
 
@@ -23,6 +23,7 @@ import hmac
 import json
 import random
 import time
+from typing import Any
 
 import httpx
 
@@ -135,7 +136,7 @@ def host_of(url: str) -> str:
 # --- what is sent, and when again ---------------------------------------------------------------------------
 
 
-def payload(status: dict, status_url: str, result_url: str) -> bytes:
+def payload(status: dict[str, Any], status_url: str, result_url: str) -> bytes:
     """The body: the status route's fields (`store.status`'s dict), flattened, and the job's URLs."""
     return json.dumps(
         {
@@ -156,8 +157,8 @@ def payload(status: dict, status_url: str, result_url: str) -> bytes:
 def backoff(attempts: int, base_s: float, rng: random.Random | None = None) -> float:
     """Seconds before the next attempt after `attempts` failed ones: base, doubled each time, capped at
     15 min, then jittered down by up to half (receivers coming back are not hit by every sender at once)."""
-    delay = min(MAX_BACKOFF_S, base_s * 2 ** max(0, attempts - 1))
-    return delay * (rng or random).uniform(0.5, 1.0)  # spreading retries: no secret
+    delay: float = min(MAX_BACKOFF_S, base_s * 2 ** max(0, attempts - 1))
+    return delay * (rng.uniform(0.5, 1.0) if rng is not None else random.uniform(0.5, 1.0))  # noqa: S311 - spreading retries: no secret
 
 
 def headers(delivery_id: str, body: bytes, secret: str | None) -> dict[str, str]:

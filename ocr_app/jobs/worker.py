@@ -18,20 +18,24 @@ import time
 import uuid
 from collections.abc import Callable
 from contextlib import suppress
+from typing import Any
 
 import httpx
 import psycopg
 
 from ..config import Settings
+from ..errors import OcrError, Unavailable
 from ..metrics import Metrics
-from ..pipeline import Job, Pipeline
-from ..results import ApiError, job_urls
+from ..ocr.pipeline import Job, Pipeline
+from ..schemas import job_urls
 from . import webhooks
-from .store import Claim, Delivery, JobStore
+from .deliveries import Delivery
+from .store import Claim, JobStore
 
 log = logging.getLogger("ocr_app.jobs")
 
-# A job owner's webhook secret: (found, secret); not found: its API key was removed since (api.py's).
+# A job owner's webhook secret: (found, secret); not found: its API key was removed since
+# (ocr_app/http/state.py's AppState.webhook_secret).
 SecretOf = Callable[[str], tuple[bool, str | None]]
 # Deliveries attempted at once by an instance: a receiver slow to answer holds one sender only.
 WEBHOOK_SENDERS = 4
@@ -55,7 +59,7 @@ class JobWorker:
         self.webhook_secret = webhook_secret
         # Unique per process: a restarted instance never renews its predecessor's leases.
         self.id = f"{socket.gethostname()}:{settings.port}:{os.getpid()}"
-        self._tasks: list[asyncio.Task] = []
+        self._tasks: list[asyncio.Task[None]] = []
         # When a claim last found nothing: the claimers then wait job_poll_s together, so an idle instance
         # asks the database about once per job_poll_s however many claimers it runs.
         self._empty_at = -float("inf")
@@ -91,7 +95,7 @@ class JobWorker:
             released = await self.store.release(self.id)
             if released:
                 log.info("job leases released", extra={"ranges": released})
-            released = await self.store.release_webhooks(self.id)
+            released = await self.store.deliveries.release(self.id)
             if released:
                 log.info("webhook deliveries released", extra={"webhooks": released})
         if self._http is not None:
@@ -157,8 +161,8 @@ class JobWorker:
             try:  # no await between background_may_start() and run_background counting the page
                 result = (await self.pipeline.run_background(body, job))[0].model_dump_json()
                 error = None
-            except ApiError as err:
-                if err.status == 503:  # this instance's trouble (engine, decode pool, busy), not the page's
+            except OcrError as err:
+                if isinstance(err, Unavailable):  # this instance's trouble (engine, decode pool, busy)
                     await self.store.release(self.id, claim)
                     await asyncio.sleep(self.settings.job_poll_s)
                     return
@@ -216,7 +220,7 @@ class JobWorker:
                 await asyncio.sleep(min(poll, 0.1))
                 continue
             try:
-                delivery = await self.store.claim_webhook(self.id, lease_s)
+                delivery = await self.store.deliveries.claim(self.id, lease_s)
                 if delivery is None:
                     self._hooks_empty_at = time.monotonic()
                     continue
@@ -268,12 +272,12 @@ class JobWorker:
             outcome, error = "retry", type(err).__name__
         ctx["http_status"] = code
         if outcome == "delivered":
-            await self.store.webhook_done(d, "delivered", code, None)
+            await self.store.deliveries.done(d, "delivered", code, None)
             self.metrics.job_webhooks.labels("delivered").inc()
             log.info("webhook delivered", extra=ctx)
         elif outcome == "retry" and d.attempts < s.job_webhook_max_attempts:
             after_s = webhooks.backoff(d.attempts, s.job_webhook_retry_base_s)
-            await self.store.webhook_retry(d, after_s, code, error)
+            await self.store.deliveries.retry(d, after_s, code, error)
             self.metrics.job_webhooks.labels("retried").inc()
             log.info(
                 "webhook attempt failed, retried later", extra=ctx | {"error": error, "retry_in_s": after_s}
@@ -287,8 +291,8 @@ class JobWorker:
             await self._webhook_failed(d, code, f"{why}: {error or code}", ctx, error)
 
     async def _webhook_failed(
-        self, d: Delivery, code: int | None, why: str, ctx: dict, error: str | None = None
+        self, d: Delivery, code: int | None, why: str, ctx: dict[str, Any], error: str | None = None
     ) -> None:
-        await self.store.webhook_done(d, "failed", code, error or why)
+        await self.store.deliveries.done(d, "failed", code, error or why)
         self.metrics.job_webhooks.labels("failed").inc()
         log.warning("webhook failed: %s", why, extra=ctx)

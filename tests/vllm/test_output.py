@@ -5,8 +5,15 @@ from __future__ import annotations
 import math
 
 from ocr_app.engines.base import EngineLine
-from ocr_app.engines.vllm import Attempt, Loop, _warnings, find_loop, line_confidences, markdown_blocks
-from ocr_app.grounding import align, normalise
+from ocr_app.engines.vllm.grounding import align, normalise
+from ocr_app.engines.vllm.output import (
+    Attempt,
+    Loop,
+    find_loop,
+    line_confidences,
+    markdown_blocks,
+    page_warnings,
+)
 
 
 def test_find_loop_finds_the_earliest_long_run():
@@ -43,10 +50,10 @@ def test_line_confidences_are_geometric_means_per_line():
 def test_warnings_name_the_problem_first():
     a = Attempt(0.2, [1] * 5, [0.0] * 5, ["a"] * 5, "length", problem="max_tokens_reached")
     b = Attempt(0.5, [1] * 300, [0.0] * 300, ["a"] * 300, "length", "repetition_loop", Loop(10, 2, 145))
-    w = _warnings(b, [a, b])
+    w = page_warnings(b, [a, b])
     assert [x.split(":")[0] for x in w] == ["retried", "repetition_loop"]
     assert "max_tokens_reached at temperature 0.2" in w[0] and "12 of 300 tokens kept" in w[1]
-    assert _warnings(a, [a]) == ["max_tokens_reached: the page is cut at 5 tokens"]
+    assert page_warnings(a, [a]) == ["max_tokens_reached: the page is cut at 5 tokens"]
 
 
 def line(text, box):

@@ -1,5 +1,5 @@
 """The ocr_app role's `shadow-counts`, run on a host by its Python (from stdin): the replay counters
-(ocr_app/shadow.py) of the host's enabled ocr-app instances, read from each one's Prometheus /metrics on
+(ocr_app/fleet/shadow.py) of the host's enabled ocr-app instances, read from each one's Prometheus /metrics on
 loopback and summed, as JSON.
 
 argv: the enabled units' directory, their file name pattern (the role's instances.yml uses the same two), and

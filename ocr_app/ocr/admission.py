@@ -12,7 +12,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 
-from .results import overloaded
+from ..errors import Overloaded
 
 
 class Admission:
@@ -50,7 +50,7 @@ class Admission:
         queue leaves it without ever running.
         """
         if self._slots.locked() and self.queued >= self.max_queue:
-            raise overloaded(retry_after_s=1 + self.queued // max(self.max_concurrency, 1))
+            raise Overloaded(retry_after_s=1 + self.queued // max(self.max_concurrency, 1))
         start = time.perf_counter()
         self.queued += 1
         try:
@@ -79,7 +79,7 @@ class Admission:
     async def background_slot(self) -> AsyncIterator[None]:
         """Count one job page in flight; background_may_start() said yes (no await between them)."""
         if self.background >= self.background_max:
-            raise overloaded(retry_after_s=1)
+            raise Overloaded(retry_after_s=1)
         self.background += 1
         try:
             yield

@@ -20,13 +20,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
-from .config import Settings
-from .decode import DecodePool
-from .engines import Engine
-from .metrics import Metrics
+from ..config import Settings
+from ..documents.decode import DecodePool
+from ..engines.base import Engine
+from ..metrics import Metrics
 
 log = logging.getLogger("ocr_app.health")
 
@@ -44,7 +44,8 @@ class HealthMonitor:
         self._lag_seen_s = 0.0  # the last lag over the bound, and when (monotonic) it was seen
         self._lag_seen_at: float | None = None
         self._probe_started: float | None = None  # the outstanding decode probe's start
-        self._probe_done = lambda: True  # its future's done(): read without waiting on the loop's callbacks
+        # The probe's future's done(): read without waiting on the loop's callbacks.
+        self._probe_done: Callable[[], bool] = lambda: True
         self._decode_error: str | None = None
         self.engine_requests = 0  # requests inside engine.recognize
         self._engine_pages = engine.pages_done

@@ -14,18 +14,19 @@ expired, a page error); 2 on a usage error. The API key is sent, never printed.
 
 from __future__ import annotations
 
+import argparse
 import codecs
 import json
 import os
 import re
 import sys
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, TYPE_CHECKING
+from typing import IO, TYPE_CHECKING, Any
 
-from .config import ConfigError
+from ..config import ConfigError
 
 if TYPE_CHECKING:
     import httpx
@@ -81,7 +82,8 @@ def iter_sse(lines: Iterable[str]) -> Iterator[Event]:
     """The events of a text/event-stream, parsed as the HTML standard says: `field: value` lines (one space
     after the colon dropped), `:` comments ignored, data lines joined by LF, an event dispatched at a blank
     line and only if it has data, `id` kept for later events unless it holds NUL, `retry` in milliseconds."""
-    name, data, last_id, retry = "", [], None, None
+    name, last_id, retry = "", None, None
+    data: list[str] = []
     for line in lines:
         if not line:
             if data:
@@ -123,16 +125,17 @@ def server_error(r: httpx.Response) -> ClientError:
     return ClientError(text)
 
 
-def _expect(r: httpx.Response, status: int) -> dict:
+def _expect(r: httpx.Response, status: int) -> dict[str, Any]:
     if r.status_code != status:
         raise server_error(r)
     try:
-        return r.json()
+        body: dict[str, Any] = r.json()
+        return body
     except ValueError:
         raise ClientError(f"HTTP {r.status_code}: not JSON: {r.text[:200]!r}") from None
 
 
-def _line(data: str) -> tuple[str, int, dict | None]:
+def _line(data: str) -> tuple[str, int, dict[str, Any] | None]:
     """A page (or page error) as one JSON line, its page number, and its error if it is one."""
     try:
         page = json.loads(data)
@@ -200,7 +203,7 @@ class Progress:
 class Outcome:
     status: str
     pages: int = 0
-    errors: list[tuple[int, dict]] | None = None
+    errors: list[tuple[int, dict[str, Any]]] | None = None
 
     def verdict(self, job_id: str) -> tuple[int, str]:
         """Exit status and the closing line for stderr."""
@@ -230,7 +233,7 @@ def follow(
     progress: Progress,
     retries: int = 5,
     after: int = 0,
-    sleep=time.sleep,
+    sleep: Callable[[float], None] = time.sleep,
 ) -> Outcome:
     """Write each page of the job's event stream as a line of `out`, from the page after `after`, until
     its `done` event; a stream that fails or ends before `done` is opened again with Last-Event-ID, up to
@@ -293,8 +296,8 @@ def follow(
         delay = min(delay * 2, 10.0)
 
 
-def submit(client: httpx.Client, args) -> int:
-    from .documents import sniff
+def submit(client: httpx.Client, args: argparse.Namespace) -> int:
+    from ..documents.upload import sniff
 
     path = Path(args.file)
     try:
@@ -324,7 +327,7 @@ def submit(client: httpx.Client, args) -> int:
     return _follow_to(client, job_id, args)
 
 
-def _follow_to(client: httpx.Client, job_id: str, args) -> int:
+def _follow_to(client: httpx.Client, job_id: str, args: argparse.Namespace) -> int:
     progress = Progress(job_id)
     out = _open_output(args.output)
     try:
@@ -340,12 +343,12 @@ def _follow_to(client: httpx.Client, job_id: str, args) -> int:
     return rc
 
 
-def status(client: httpx.Client, args) -> int:
+def status(client: httpx.Client, args: argparse.Namespace) -> int:
     print(json.dumps(_expect(client.get(f"/v1/jobs/{args.job_id}"), 200), indent=2))
     return 0
 
 
-def cancel(client: httpx.Client, args) -> int:
+def cancel(client: httpx.Client, args: argparse.Namespace) -> int:
     body = _expect(client.delete(f"/v1/jobs/{args.job_id}"), 200)
     print(json.dumps(body, indent=2))
     pages = body.get("pages", {})
@@ -357,7 +360,7 @@ def cancel(client: httpx.Client, args) -> int:
     return 0
 
 
-def result(client: httpx.Client, args) -> int:
+def result(client: httpx.Client, args: argparse.Namespace) -> int:
     if args.follow:
         return _follow_to(client, args.job_id, args)
     with client.stream("GET", f"/v1/jobs/{args.job_id}/result", headers={"Accept": NDJSON}) as r:
@@ -391,7 +394,7 @@ def result(client: httpx.Client, args) -> int:
 COMMANDS = {"submit": submit, "status": status, "result": result, "cancel": cancel}
 
 
-def run(args, make_client) -> int:
+def run(args: argparse.Namespace, make_client: Callable[[argparse.Namespace], httpx.Client]) -> int:
     """`ocr-app jobs ...`: the server's and the network's errors as one line on stderr, exit 1."""
     import httpx
 

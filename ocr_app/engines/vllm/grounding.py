@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import re
 
-from .documents import PageImage
-from .engines.base import Engine, EngineLine
+from ...documents.image import PageImage
+from ..base import Engine, EngineLine
 
 BBox = tuple[float, float, float, float]
 
@@ -76,7 +76,7 @@ def align(model_lines: list[str], detected: list[EngineLine]) -> list[BBox | Non
             and fuzz.partial_ratio(d[j], text) >= PIECE_SCORE
         ]
         if len(pieces) >= 2 and fuzz.ratio(" ".join(d[j] for j in pieces), text) >= MIN_SCORE:
-            boxes[i] = union([found[j][1].bbox for j in pieces])
+            boxes[i] = union([b for j in pieces if (b := found[j][1].bbox) is not None])
             used_m.add(i)
             used_d.update(pieces)
 
@@ -93,7 +93,7 @@ def align(model_lines: list[str], detected: list[EngineLine]) -> list[BBox | Non
     return boxes
 
 
-def union(boxes: list) -> BBox:
+def union(boxes: list[BBox]) -> BBox:
     return (
         min(b[0] for b in boxes),
         min(b[1] for b in boxes),

@@ -15,12 +15,13 @@ import math
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 import httpx
 from rapidfuzz.distance import Levenshtein
 
-from .config import ConfigError
-from .documents import sniff
+from ..config import ConfigError
+from ..documents.upload import sniff
 
 
 @dataclass
@@ -52,7 +53,7 @@ class Margins:
 
 def squeeze(text: str) -> str:
     """Text as compared: whitespace removed (engines break lines and space columns differently; what matters
-    is what they read). ocr_app/shadow.py compares a canary's answers the same way."""
+    is what they read). shadow.py compares a canary's answers the same way."""
     return "".join(text.split())
 
 
@@ -114,7 +115,7 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[max(0, math.ceil(q / 100.0 * len(ordered)) - 1)]
 
 
-def evaluate(client: httpx.Client, docs: list[Document], repeat: int = 1) -> dict:
+def evaluate(client: httpx.Client, docs: list[Document], repeat: int = 1) -> dict[str, Any]:
     results = [read_document(client, doc, repeat) for doc in docs]
     latencies = [ms for r in results for ms in r.latencies_ms]
     chars = sum(r.chars for r in results)
@@ -129,7 +130,9 @@ def evaluate(client: httpx.Client, docs: list[Document], repeat: int = 1) -> dic
     }
 
 
-def judge(report: dict, baseline: dict | None, margins: Margins, max_cer_percent: float | None) -> list[str]:
+def judge(
+    report: dict[str, Any], baseline: dict[str, Any] | None, margins: Margins, max_cer_percent: float | None
+) -> list[str]:
     """Why the report fails the gate (empty: it passes): a document not read, a CER or a median latency
     worse than the baseline's beyond the margins, a CER above max_cer_percent."""
     worse = []
@@ -154,7 +157,7 @@ def judge(report: dict, baseline: dict | None, margins: Margins, max_cer_percent
     return worse
 
 
-def format_report(report: dict) -> str:
+def format_report(report: dict[str, Any]) -> str:
     width = max(len("document"), *(len(d["name"]) for d in report["documents"]))
     lines = [f"{'document':<{width}}  {'CER':>7}  {'chars':>6}  {'p50 ms':>8}  error".rstrip()]
     for d in report["documents"]:

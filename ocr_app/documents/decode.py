@@ -33,19 +33,22 @@ from concurrent.futures import Future
 from concurrent.futures.process import BrokenProcessPool
 from contextlib import suppress
 from dataclasses import dataclass
+from typing import Any, NoReturn, TypeVar
 
 import cv2
 import numpy as np
 from pebble import ProcessExpired, ProcessPool
 from PIL import Image
 
-from . import documents
-from .config import Settings
-from .documents import MULTIPART_TYPE, Limits, PageImage, normalise_media_type
-from .results import ApiError, invalid_image, not_ready, too_large
-from .sched import to_job_priority
+from ..config import Settings
+from ..errors import DecodeCpuLimit, DecodeMemoryLimit, InvalidDocument, NotReady, OcrError
+from ..sched import to_job_priority
+from .image import Limits, PageImage
+from .pages import count_pages, load_pages
+from .upload import MULTIPART_TYPE, classify, extract_multipart_file, normalise_media_type
 
 log = logging.getLogger("ocr_app.decode")
+T = TypeVar("T")
 MiB = 1024 * 1024
 OUT_OF_MEMORY_EXIT = 3  # a worker's exit status after a MemoryError
 M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3  # mallopt(3)'s parameters, from glibc's malloc.h
@@ -196,9 +199,9 @@ def decode_document(request: DecodeRequest, limits: Limits, cpu_s: int, pages_at
     try:
         body, media_type = request.body, request.media_type
         if media_type == MULTIPART_TYPE:
-            body, media_type = documents.extract_multipart_file(body, request.content_type)
-        media_type = documents.classify(body, media_type)
-        pages = documents.load_pages(body, media_type, request.selection, limits, request.preview, bgr=True)
+            body, media_type = extract_multipart_file(body, request.content_type)
+        media_type = classify(body, media_type)
+        pages = load_pages(body, media_type, request.selection, limits, request.preview, bgr=True)
         out = []
         for p in pages:
             path = f"{pages_at}-{p.number}"
@@ -219,8 +222,8 @@ def count_document_pages(request: DecodeRequest, bound: int, cpu_s: int) -> tupl
     try:
         body, media_type = request.body, request.media_type
         if media_type == MULTIPART_TYPE:
-            body, media_type = documents.extract_multipart_file(body, request.content_type)
-        count = documents.count_pages(body, documents.classify(body, media_type), bound)
+            body, media_type = extract_multipart_file(body, request.content_type)
+        count = count_pages(body, classify(body, media_type), bound)
         return count, hashlib.sha256(body).hexdigest()
     except MemoryError:
         _exit_out_of_memory()
@@ -228,9 +231,10 @@ def count_document_pages(request: DecodeRequest, bound: int, cpu_s: int) -> tupl
         _set_cpu_soft_limit(None)
 
 
-def _exit_out_of_memory() -> None:
+def _exit_out_of_memory() -> NoReturn:
     """The worker ends: what it freed stays mapped in its heap, under RLIMIT_AS, and the next document
-    would find its bound taken. The parent answers 413 (ProcessExpired with this code) and starts another."""
+    would find its bound taken. The parent answers DecodeMemoryLimit (ProcessExpired with this code) and
+    starts another."""
     os._exit(OUT_OF_MEMORY_EXIT)
 
 
@@ -239,15 +243,8 @@ def _probe() -> int:
     return os.getpid()
 
 
-def _killed_by_backstop(future: Future) -> bool:
+def _killed_by_backstop(future: Future[Any]) -> bool:
     return future.done() and not future.cancelled() and isinstance(future.exception(), TimeoutError)
-
-
-def memory_limit() -> ApiError:
-    return too_large(
-        "decode_memory_limit",
-        "decoding the document needed more memory than a worker may use (decode_memory_mb)",
-    )
 
 
 class DecodePool:
@@ -288,7 +285,7 @@ class DecodePool:
     def _new_pool(self) -> ProcessPool:
         ctx = multiprocessing.get_context("forkserver")
         # The decoders are imported once in the forkserver; each worker is a fork of it.
-        ctx.set_forkserver_preload(["__main__", "ocr_app.decode"])
+        ctx.set_forkserver_preload(["__main__", "ocr_app.documents.decode"])
         return ProcessPool(
             max_workers=self.workers,
             initializer=_init_worker,
@@ -310,7 +307,7 @@ class DecodePool:
             self._pool = self._new_pool()
         return self._pool
 
-    def probe(self) -> Future:
+    def probe(self) -> Future[int]:
         """A no-op task behind whatever the workers are doing; restarts a broken pool as decode() does."""
         return self._running_pool().schedule(_probe)
 
@@ -340,7 +337,7 @@ class DecodePool:
         """The document's page count (at most `bound`) and sha256, in a worker bound as decode() is."""
         return await self._run(count_document_pages, (request, bound, self.bounds.cpu_s), deadline_s)
 
-    async def _run(self, fn: Callable, args: tuple, deadline_s: float):
+    async def _run(self, fn: Callable[..., T], args: tuple[Any, ...], deadline_s: float) -> T:
         future = self._running_pool().schedule(
             fn,
             args=args,
@@ -363,20 +360,21 @@ class DecodePool:
             self.on_killed(reason)
             raise error from None
         except BrokenProcessPool:
-            raise not_ready("decode pool restarting") from None
+            raise NotReady("decode pool restarting") from None
 
-    def _expired(self, err: ProcessExpired) -> tuple[str, ApiError]:
+    def _expired(self, err: ProcessExpired) -> tuple[str, OcrError]:
         if err.exitcode == -signal.SIGXCPU:
-            return "cpu_limit", too_large(
-                "decode_cpu_limit",
-                f"decoding the document took more than {self.bounds.cpu_s} s of CPU (decode_cpu_s)",
+            return "cpu_limit", DecodeCpuLimit(
+                f"decoding the document took more than {self.bounds.cpu_s} s of CPU (decode_cpu_s)"
             )
         # SIGKILL: the kernel's OOM killer, or a cgroup limit. OUT_OF_MEMORY_EXIT: Python's MemoryError
         # under RLIMIT_AS (the worker ends itself). SIGABRT: PDFium's allocator (and C++'s
         # std::bad_alloc) abort the process when RLIMIT_AS refuses memory; a Flate bomb in a PDF stream.
         if err.exitcode in (-signal.SIGKILL, -signal.SIGABRT, OUT_OF_MEMORY_EXIT):
-            return "memory_limit", memory_limit()
-        return "crashed", invalid_image(f"the decoder crashed on this document (exit {err.exitcode})")
+            return "memory_limit", DecodeMemoryLimit(
+                "decoding the document needed more memory than a worker may use (decode_memory_mb)"
+            )
+        return "crashed", InvalidDocument(f"the decoder crashed on this document (exit {err.exitcode})")
 
     def close(self) -> None:
         self._pool.stop()

@@ -25,9 +25,9 @@ import httpx
 from prometheus_client import CollectorRegistry, Counter
 from rapidfuzz.distance import Levenshtein
 
-from .config import Settings
+from ..config import Settings
+from ..schemas import OcrResponse
 from .evaluation import squeeze
-from .results import OcrResponse
 
 log = logging.getLogger("ocr_app.shadow")
 
@@ -42,7 +42,7 @@ class Offer:
 
     body: bytes  # as read
     content_type: str  # as sent (a multipart body's boundary is in it)
-    query: list[tuple[str, str]]  # preview left out: the canary renders no page images for us
+    query: tuple[tuple[str, str], ...]  # preview left out: the canary renders no page images for us
     auth: dict[str, str]  # the caller's key headers, as sent
     request_id: str
     answer: OcrResponse
@@ -70,7 +70,7 @@ class Shadow:
     def __init__(self, settings: Settings, registry: CollectorRegistry):
         self.settings = settings
         self._client: httpx.AsyncClient | None = None
-        self._tasks: set[asyncio.Task] = set()
+        self._tasks: set[asyncio.Task[None]] = set()
         self._stamp: object = None  # the control file's (inode, size, mtime) as last read
         self._target: _Target | None = None
         # In the app's registry (ocr_app/metrics.py); each outcome at 0 from the start, so that rate() sees

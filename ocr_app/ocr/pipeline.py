@@ -1,8 +1,9 @@
 """The OCR pipeline: admission -> decode (in a worker process) -> engine -> the response, without HTTP.
 
-api.py validates the request, hands the pipeline a way to read the body, and turns its answer or ApiError
-into HTTP. bench/run.py drives this same Pipeline in-process, so the benchmark's "direct" side is the
-service's own path with its own settings, minus HTTP.
+The route (ocr_app/http/routes/ocr.py) validates the request, hands the pipeline a way to read the body, and
+returns its answer; its error (ocr_app/errors.py: what went wrong, said without HTTP) becomes HTTP in
+ocr_app/http/errors.py. bench/run.py drives this same Pipeline in-process, so the benchmark's "direct" side is
+the service's own path with its own settings, minus HTTP.
 """
 
 from __future__ import annotations
@@ -12,14 +13,15 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
+from ..config import Settings
+from ..documents.decode import DecodePool, DecodeRequest
+from ..documents.image import PageImage
+from ..engines.base import Engine, EngineError, EnginePage
+from ..errors import JobPageTimeout, NotReady, RequestTimeout
+from ..metrics import Metrics
+from ..schemas import Block, Line, OcrResponse, Page, Timings
 from .admission import Admission
-from .config import Settings
-from .decode import DecodePool, DecodeRequest
-from .documents import PageImage
-from .engines import Engine, EngineError, EnginePage
 from .health import HealthMonitor
-from .metrics import Metrics
-from .results import Block, Line, OcrResponse, Page, Timings, job_page_timeout, not_ready, timeout
 
 # The cancel message when a request's client has gone: the label its killed decode worker is counted under.
 CLIENT_GONE = "client_gone"
@@ -75,7 +77,7 @@ class Pipeline:
             lambda: self.admission.background,
             lambda: engine.pages_done,
             engine_retries=lambda: engine.retries,
-            engine_rotations=(lambda: engine.rotations) if engine.rotations is not None else None,
+            engine_rotations=(lambda: engine.rotations or {}) if engine.rotations is not None else None,
             engine_collector=engine.metrics_collector(),
         )
 
@@ -99,7 +101,7 @@ class Pipeline:
         """One document through admission, decode and the engine, within request_timeout_s.
 
         The body is read only once the request holds a slot: a queued client's upload waits in its socket.
-        Raises ApiError (503 overloaded or unhealthy engine, 504 at the deadline, the decoder's 4xx)."""
+        Raises Overloaded, NotReady (the engine died), RequestTimeout at the deadline, the decoder's."""
         trace = trace or Trace()
         started = time.perf_counter()
         timeout_s = self.settings.request_timeout_s
@@ -113,9 +115,9 @@ class Pipeline:
                 del body
                 pages, t_inf, t_done = await self._recognize(images, job)
         except TimeoutError:
-            raise timeout(timeout_s) from None
+            raise RequestTimeout(timeout_s) from None
         except EngineError:  # the engine died under this request; its on_fatal has been called
-            raise not_ready("unhealthy") from None
+            raise NotReady("unhealthy") from None
 
         ms = 1000.0
         return OcrResponse(
@@ -134,7 +136,7 @@ class Pipeline:
     async def run_background(self, body: bytes, job: Job) -> list[Page]:
         """A bulk job's pages (ocr_app/jobs/worker.py), read exactly as run() reads them, once
         Admission.background_may_start() said yes (never queued), within job_page_timeout_s (interactive
-        work goes first at each step). Raises ApiError as run()."""
+        work goes first at each step). Raises as run() does, JobPageTimeout at its deadline."""
         timeout_s = self.settings.job_page_timeout_s
         try:
             async with asyncio.timeout(timeout_s), self.admission.background_slot():
@@ -142,9 +144,9 @@ class Pipeline:
                 images = await self._decode(body, job, deadline, Trace(), self.job_decode_pool)
                 pages, _, _ = await self._recognize(images, job, background=True)
         except TimeoutError:
-            raise job_page_timeout(timeout_s) from None
+            raise JobPageTimeout(timeout_s) from None
         except EngineError:
-            raise not_ready("unhealthy") from None
+            raise NotReady("unhealthy") from None
         return pages
 
     async def _decode(

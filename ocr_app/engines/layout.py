@@ -8,6 +8,7 @@ normalised to the page, 0-1).
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 import numpy as np
@@ -121,13 +122,19 @@ def reading_groups(boxes: list[Box]) -> list[list[int]]:
         ]
         return min(fill) < COLUMN_MIN_FILL
 
-    spans = [(b[0], b[2], 1) if ok else None for b, ok in zip(boxes, solid, strict=True)]
+    # A solid box's span; noise has none (it follows the side its centre is on).
+    spans: list[Span | None] = [(b[0], b[2], 1) if ok else None for b, ok in zip(boxes, solid, strict=True)]
+
+    def span(i: int) -> Span:
+        found = spans[i]
+        assert found is not None  # asked of solid boxes only
+        return found
 
     def union(idx: list[int]) -> list[Span]:
         if len(idx) == 1:  # most bands: one line
-            return [spans[idx[0]]] if solid[idx[0]] else []
+            return [span(idx[0])] if solid[idx[0]] else []
         if len(idx) < 32:
-            return _union(sorted([spans[i] for i in idx if solid[i]]))
+            return _union(sorted([span(i) for i in idx if solid[i]]))
         # A block: the same with numpy. An interval starts where a span begins right of all before it.
         ids = np.asarray(idx)
         ids = ids[is_solid[ids]]
@@ -170,7 +177,7 @@ def reading_groups(boxes: list[Box]) -> list[list[int]]:
         bands, all_stacked = bands_of(block)
         if len(bands) == 1 or all_stacked:  # one band, or a line under a line all the way: rows
             return rows_of(block)
-        unions = [[spans[b[0]]] if len(b) == 1 and solid[b[0]] else union(b) for b in bands]
+        unions = [[span(b[0])] if len(b) == 1 and solid[b[0]] else union(b) for b in bands]
         # Two bands each one span, overlapping (a line under a line, the bulk of a page): no gutter between.
         stacked = [
             len(a) == 1 == len(b) and a[0][0] <= b[0][1] and b[0][0] <= a[0][1]
@@ -222,12 +229,12 @@ def _union(intervals: list[Span]) -> list[Span]:
     return out
 
 
-def row_order(boxes: list[Box], block) -> list[int]:
+def row_order(boxes: list[Box], block: Iterable[int]) -> list[int]:
     """Indices of the block's boxes as rows top to bottom, left to right within a row."""
     return [i for row in line_rows(boxes, block) for i in row]
 
 
-def line_rows(boxes: list[Box], block) -> list[list[int]]:
+def line_rows(boxes: list[Box], block: Iterable[int]) -> list[list[int]]:
     """The block's boxes as rows top to bottom, each left to right.
 
     A box joins the current row when its vertical centre lies within the row's first box, so
@@ -322,7 +329,7 @@ def page_layout(boxes: list[Box], page_height: float = 1.0) -> list[Block]:
     return out
 
 
-def _margin(b: Block, boxes: list[Box], tall) -> bool:
+def _margin(b: Block, boxes: list[Box], tall: Callable[[list[int]], bool]) -> bool:
     """Whether a block could be a running head or foot: a short one of body-size text."""
     rows = line_rows(boxes, b.lines)
     return b.type == "text" and len(rows) <= MARGIN_MAX_ROWS and not any(tall(r) for r in rows)

@@ -1,8 +1,9 @@
-"""The API contract: pydantic models of every response body, and the errors the API returns."""
+"""The API contract: pydantic models of every response body (an error's too: ErrorBody). Which error answers
+with which status is ocr_app/http/errors.py's."""
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field, SerializerFunctionWrapHandler, model_serializer
 
@@ -55,10 +56,11 @@ class Page(BaseModel):
         "applied, PDF rendered) as a JPEG data URL, longest side at most 1024 px; what bbox refers to",
     )
 
+    # No return annotation: pydantic would take it for the serialised schema (OpenAPI's Page).
     @model_serializer(mode="wrap")
-    def _omit_preview_unless_asked(self, handler: SerializerFunctionWrapHandler):
+    def _omit_preview_unless_asked(self, handler: SerializerFunctionWrapHandler):  # type: ignore[no-untyped-def]
         # Absent rather than null: responses without preview=true stay exactly as they were.
-        data = handler(self)
+        data: dict[str, Any] = handler(self)
         if self.preview is None:
             data.pop("preview", None)
         return data
@@ -103,96 +105,6 @@ class ErrorBody(BaseModel):
     error: ErrorDetail
 
 
-class ApiError(Exception):
-    """An error with its HTTP status and stable machine-readable code."""
-
-    def __init__(self, status: int, code: str, message: str, headers: dict[str, str] | None = None):
-        super().__init__(message)
-        self.status = status
-        self.code = code
-        self.message = message
-        self.headers = headers or {}
-
-    def __reduce__(self):
-        # Raised in decode workers and pickled back to the server.
-        return (type(self), (self.status, self.code, self.message, self.headers))
-
-
-def unauthorized(message: str) -> ApiError:
-    return ApiError(401, "unauthorized", message, {"WWW-Authenticate": 'Bearer realm="ocr"'})
-
-
-def invalid_image(message: str) -> ApiError:
-    return ApiError(400, "invalid_image", message)
-
-
-def invalid_parameter(message: str) -> ApiError:
-    return ApiError(422, "invalid_parameter", message)
-
-
-def too_large(code: str, message: str) -> ApiError:
-    return ApiError(413, code, message)
-
-
-def unsupported_media_type(message: str) -> ApiError:
-    return ApiError(415, "unsupported_media_type", message)
-
-
-def overloaded(retry_after_s: int) -> ApiError:
-    return ApiError(
-        503, "overloaded", "server is at capacity; retry later", {"Retry-After": str(retry_after_s)}
-    )
-
-
-def not_ready(status: str) -> ApiError:
-    return ApiError(503, "not_ready", f"engine is not ready ({status})", {"Retry-After": "5"})
-
-
-def client_gone() -> ApiError:
-    # nginx's code for it: nobody reads this answer; the access log and ocr_requests_total do.
-    return ApiError(499, "client_closed_request", "the client closed the connection; its work was stopped")
-
-
-def timeout(seconds: float) -> ApiError:
-    return ApiError(504, "timeout", f"request did not finish within {seconds:g} s and was cancelled")
-
-
-def job_page_timeout(seconds: float) -> ApiError:
-    """A bulk-job page not read within job_page_timeout_s (Pipeline.run_background): the page's error."""
-    return ApiError(504, "timeout", f"the page was not read within {seconds:g} s (job_page_timeout_s)")
-
-
-def jobs_unavailable(message: str) -> ApiError:
-    return ApiError(503, "jobs_unavailable", message, {"Retry-After": "5"})
-
-
-def invalid_webhook(message: str) -> ApiError:
-    return ApiError(400, "invalid_webhook", message)
-
-
-def job_not_found() -> ApiError:
-    return ApiError(404, "not_found", "no such job for this API key")
-
-
-def idempotency_conflict() -> ApiError:
-    return ApiError(
-        409, "idempotency_conflict", "this Idempotency-Key was used for another document or other options"
-    )
-
-
-def job_not_finished(status: str) -> ApiError:
-    return ApiError(409, "job_not_finished", f"the job is {status}: its result is ready once it is finished")
-
-
-def too_many_jobs(limit: int) -> ApiError:
-    return ApiError(
-        429,
-        "too_many_jobs",
-        f"this API key has {limit} jobs queued or running (max_jobs_in_flight); retry once one finishes",
-        {"Retry-After": "10"},
-    )
-
-
 class JobCreated(BaseModel):
     job_id: str
     status_url: str
@@ -228,18 +140,3 @@ class JobStatus(BaseModel):
     finished_at: str | None
     expires_at: str | None = Field(description="when the job and its results are deleted (job_result_ttl_s)")
     errors: list[PageError]
-
-
-# Documented in OpenAPI for /v1/ocr.
-ERROR_RESPONSES: dict[int | str, dict] = {
-    s: {"model": ErrorBody, "description": d}
-    for s, d in {
-        400: "invalid_image: undecodable or truncated document",
-        401: "unauthorized: missing or wrong API key",
-        413: "payload_too_large, image_too_large, too_many_pages, decode_cpu_limit or decode_memory_limit",
-        415: "unsupported_media_type",
-        422: "invalid_parameter",
-        503: "overloaded (with Retry-After) or not_ready",
-        504: "timeout: the request deadline passed; the work was cancelled",
-    }.items()
-}

@@ -1,0 +1,95 @@
+"""Page orientation: a page turned sideways or upside down is read upright.
+
+A page turned 90 or 270 degrees has its text lines standing: the detector still finds
+them, as boxes much taller than wide (the long side at least SIDEWAYS_ELONGATION times the short one,
+the ratio at which rapidocr itself stands a crop back up for recognition). When most of the page's
+elongated boxes, weighted by their length, stand, the page is sideways. The text-line angle classifier
+(the cls model: 0 or 180 per line) then tells the way up from a few of the longest lines: on an upright
+or upside-down page, 180 for the page upside down; on a sideways page, from the crops rapidocr turned
+90 degrees counterclockwise, 180 for a page turned counterclockwise (it needs 90 clockwise), 0 for one
+turned clockwise (270). An upright page costs only the classifier on ORIENT_SAMPLE crops (the detector
+ran anyway and its crops are recognised as they are); a turned page is rotated and run again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from ..layout import Box
+
+ROTATIONS = (0, 90, 180, 270)
+SIDEWAYS_ELONGATION = 1.5
+ORIENT_SAMPLE = 6  # one classifier batch
+# An upright page is turned over only when the lines sampled say 180 clearly: their scores for 180
+# outweigh those for 0 by this share (the classifier misreads some short lines; a wrong flip ruins a page).
+FLIP_SHARE = 0.7
+
+
+def oriented(inst: Any, image: Any) -> tuple[Any, int]:
+    """The RapidOCR output for the page turned upright, and the rotation applied (degrees clockwise)."""
+    import cv2
+    from rapidocr.ch_ppocr_cls import TextClsOutput
+    from rapidocr.main import RapidOCRError
+    from rapidocr.utils.output import RapidOCROutput
+
+    ori = inst.load_img(image)
+    img, op_record = inst.preprocess_img(ori)
+    try:
+        crops, det_res = inst.detect_and_crop(img, op_record)
+    except RapidOCRError:  # nothing detected: a blank page
+        return RapidOCROutput(), 0
+    rotation = page_rotation(np.asarray(det_res.boxes, dtype=np.float64), crops, inst._load_cls_model())
+    if rotation:
+        # cv2's codes turn clockwise (90), 180, counterclockwise (270 clockwise).
+        code = {90: cv2.ROTATE_90_CLOCKWISE, 180: cv2.ROTATE_180, 270: cv2.ROTATE_90_COUNTERCLOCKWISE}
+        return inst(cv2.rotate(ori, code[rotation])), rotation
+    # Upright: the rest of RapidOCR.run_ocr_steps and its output, on the detection already made.
+    cls_res, lines = TextClsOutput(), crops
+    try:
+        if inst.use_cls:
+            lines, cls_res = inst.cls_and_rotate(list(crops))
+        rec_res = inst.recognize_txt(lines)
+    except RapidOCRError:
+        return RapidOCROutput(), 0
+    return inst.build_final_output(ori, det_res, cls_res, rec_res, crops, op_record), 0
+
+
+def page_rotation(boxes: np.ndarray, crops: list[Any], classify: Callable[[list[Any]], Any]) -> int:
+    """The clockwise rotation (0, 90, 180, 270) that turns the page upright, from its detected text boxes
+    (n x 4 x 2 quadrilaterals, clockwise from the top left) and their crops as rapidocr cut them (standing
+    ones turned 90 degrees counterclockwise), with `classify` the text-line angle classifier."""
+    if not len(boxes):
+        return 0
+    widths = np.linalg.norm(boxes[:, 1] - boxes[:, 0], axis=1)
+    heights = np.linalg.norm(boxes[:, 3] - boxes[:, 0], axis=1)
+    standing = heights >= SIDEWAYS_ELONGATION * widths
+    lying = widths >= SIDEWAYS_ELONGATION * heights
+    sideways = heights[standing].sum() > widths[lying].sum()
+    pool = np.flatnonzero(standing if sideways else lying)
+    if not len(pool):
+        return 0
+    sample = pool[np.argsort(-np.maximum(widths, heights)[pool], kind="stable")[:ORIENT_SAMPLE]]
+    votes = classify([crops[i] for i in sample]).cls_res
+    flipped = sum(score for label, score in votes if "180" in label)
+    upright = sum(score for label, score in votes if "180" not in label)
+    if sideways:
+        return 90 if flipped > upright else 270
+    return 180 if flipped > FLIP_SHARE * (flipped + upright) else 0
+
+
+def unrotate(bbox: Box | None, rotation: int) -> Box | None:
+    """A normalised box on the page turned `rotation` degrees clockwise, back on the page as sent."""
+    if bbox is None:
+        return None
+    u0, v0, u1, v1 = bbox
+    if rotation == 90:  # turning clockwise took (x, y) to (1 - y, x)
+        box = (v0, 1 - u1, v1, 1 - u0)
+    elif rotation == 180:
+        box = (1 - u1, 1 - v1, 1 - u0, 1 - v0)
+    else:  # 270: (x, y) went to (y, 1 - x)
+        box = (1 - v1, u0, 1 - v0, u1)
+    x0, y0, x1, y1 = (round(min(1.0, max(0.0, v)), 5) for v in box)
+    return (x0, y0, x1, y1)

@@ -1,0 +1,190 @@
+"""What went wrong, as what it is: a document too large or malformed, a parameter out of range, an instance
+too busy, a job that is not there. Raised where it is found (the decode workers, the pipeline, the job store)
+by code that knows nothing of HTTP.
+
+Each error has a stable machine-readable `code` (what clients match on) and a message for people. How a
+protocol reports one is decided in one place: ocr_app/http/errors.py maps each class to its HTTP status and
+the API's JSON error body; a bulk job's page that fails keeps its code and message.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+
+class OcrError(Exception):
+    """An error the service answers with. `retry_after_s`: when asking again may succeed (a busy instance)."""
+
+    code: ClassVar[str] = "internal_error"
+
+    def __init__(self, message: str, *, retry_after_s: int | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.retry_after_s = retry_after_s
+
+    def __reduce__(self) -> tuple[object, ...]:
+        # Raised in decode workers and pickled back to the server: rebuilt whatever its constructor takes.
+        return (_rebuilt, (type(self), self.message, self.retry_after_s))
+
+
+def _rebuilt(cls: type[OcrError], message: str, retry_after_s: int | None) -> OcrError:
+    err = cls.__new__(cls)
+    OcrError.__init__(err, message, retry_after_s=retry_after_s)
+    return err
+
+
+# --- the request and its document -----------------------------------------------------------------------
+
+
+class InvalidParameter(OcrError):
+    """A parameter, a header or the body's framing out of what the API accepts."""
+
+    code = "invalid_parameter"
+
+
+class UnsupportedMediaType(OcrError):
+    code = "unsupported_media_type"
+
+
+class InvalidDocument(OcrError):
+    """A document that cannot be read: undecodable, truncated, malformed, or one its decoder crashed on."""
+
+    code = "invalid_image"
+
+
+class TooLarge(OcrError):
+    """A document beyond a bound: its bytes, pixels, pages, or what decoding it costs."""
+
+    code = "payload_too_large"
+
+
+class PayloadTooLarge(TooLarge):
+    code = "payload_too_large"
+
+
+class ImageTooLarge(TooLarge):
+    code = "image_too_large"
+
+
+class TooManyPages(TooLarge):
+    code = "too_many_pages"
+
+
+class DecodeCpuLimit(TooLarge):
+    code = "decode_cpu_limit"
+
+
+class DecodeMemoryLimit(TooLarge):
+    code = "decode_memory_limit"
+
+
+# --- the caller -------------------------------------------------------------------------------------------
+
+
+class Unauthorized(OcrError):
+    """A missing or unknown API key."""
+
+    code = "unauthorized"
+
+
+class ClientGone(OcrError):
+    """The client closed the connection: its work was stopped, and nobody reads the answer."""
+
+    code = "client_closed_request"
+
+    def __init__(self) -> None:
+        super().__init__("the client closed the connection; its work was stopped")
+
+
+# --- this instance ----------------------------------------------------------------------------------------
+
+
+class Unavailable(OcrError):
+    """This instance's trouble, not the request's: another try (here later, or elsewhere) may succeed."""
+
+    code = "unavailable"
+
+
+class Overloaded(Unavailable):
+    code = "overloaded"
+
+    def __init__(self, retry_after_s: int) -> None:
+        super().__init__("server is at capacity; retry later", retry_after_s=retry_after_s)
+
+
+class NotReady(Unavailable):
+    """The engine is loading, unhealthy, or its decode pool is restarting (`status` says which)."""
+
+    code = "not_ready"
+
+    def __init__(self, status: str) -> None:
+        super().__init__(f"engine is not ready ({status})", retry_after_s=5)
+
+
+class JobsUnavailable(Unavailable):
+    """The bulk jobs' database is not configured, not reached, or its schema is behind this release."""
+
+    code = "jobs_unavailable"
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, retry_after_s=5)
+
+
+class Timeout(OcrError):
+    """A deadline passed: the work was cancelled."""
+
+    code = "timeout"
+
+
+class RequestTimeout(Timeout):
+    """A request not answered within request_timeout_s, its time in the queue included."""
+
+    def __init__(self, seconds: float) -> None:
+        super().__init__(f"request did not finish within {seconds:g} s and was cancelled")
+
+
+class JobPageTimeout(Timeout):
+    """A bulk-job page not read within job_page_timeout_s: the page's error."""
+
+    def __init__(self, seconds: float) -> None:
+        super().__init__(f"the page was not read within {seconds:g} s (job_page_timeout_s)")
+
+
+# --- bulk jobs --------------------------------------------------------------------------------------------
+
+
+class InvalidWebhook(OcrError):
+    code = "invalid_webhook"
+
+
+class JobNotFound(OcrError):
+    """No such job, or another key's (the same answer: a job is visible to its own key only)."""
+
+    code = "not_found"
+
+    def __init__(self) -> None:
+        super().__init__("no such job for this API key")
+
+
+class JobNotFinished(OcrError):
+    code = "job_not_finished"
+
+    def __init__(self, status: str) -> None:
+        super().__init__(f"the job is {status}: its result is ready once it is finished")
+
+
+class IdempotencyConflict(OcrError):
+    code = "idempotency_conflict"
+
+    def __init__(self) -> None:
+        super().__init__("this Idempotency-Key was used for another document or other options")
+
+
+class TooManyJobs(OcrError):
+    code = "too_many_jobs"
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(
+            f"this API key has {limit} jobs queued or running (max_jobs_in_flight); retry once one finishes",
+            retry_after_s=10,
+        )

@@ -1,0 +1,163 @@
+"""POST /v1/jobs and /v1/jobs/{id}[/events|/result]: thin; the work is ocr_app/jobs/service.py's."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Depends, Header, Query, Request
+from fastapi.responses import JSONResponse, StreamingResponse
+
+from ...documents.upload import parse_page_selection
+from ...jobs.service import check_webhook_url
+from ...schemas import ErrorBody, JobCreated, JobStatus, job_urls
+from ..deps import (
+    DOCUMENT_BODY,
+    State,
+    check_declared_length,
+    check_max_tokens,
+    check_media_type,
+    read_body,
+    require_caller,
+)
+from ..errors import ERROR_RESPONSES
+
+router = APIRouter()
+
+_JOB_ERRORS: dict[int | str, dict[str, Any]] = {
+    **{k: v for k, v in ERROR_RESPONSES.items() if k in (401, 422)},
+    404: {"model": ErrorBody, "description": "not_found: no such job for this API key"},
+    503: {
+        "model": ErrorBody,
+        "description": "jobs_unavailable: no database configured, or its schema is behind",
+    },
+}
+_SUBMIT_ERRORS: dict[int | str, dict[str, Any]] = {
+    **ERROR_RESPONSES,
+    400: {
+        "model": ErrorBody,
+        "description": "invalid_image: undecodable or truncated document; "
+        "invalid_webhook: webhook_url not under job_webhook_allowed_urls",
+    },
+    409: {"model": ErrorBody, "description": "idempotency_conflict: the key was used for another document"},
+    429: {
+        "model": ErrorBody,
+        "description": "too_many_jobs: max_jobs_in_flight queued or running for this key",
+    },
+    503: _JOB_ERRORS[503],
+}
+
+
+@router.post(
+    "/v1/jobs",
+    status_code=202,
+    response_model=JobCreated,
+    responses=_SUBMIT_ERRORS,
+    openapi_extra=DOCUMENT_BODY,
+    summary="Submit a document as a bulk job (read page by page by the whole fleet)",
+    description="The job is read by every instance; follow it at status_url or events_url, fetch its "
+    "pages at result_url. With webhook_url (see the parameter: what is sent, how it is signed), "
+    "`ocr_app.jobs.webhooks.verify` checks a delivery's signature. Unsigned when the server runs without "
+    "API keys and job_webhook_secret is unset.",
+)
+async def submit_job(
+    request: Request,
+    state: State,
+    caller: str = Depends(require_caller),
+    pages: str | None = Query(None, description="PDF/TIFF pages, e.g. 1-300", max_length=200),
+    preview: bool = Query(False, description="each page's image as the engine saw it, as a data URL"),
+    max_tokens: int | None = Query(
+        None, ge=1, description="vllm engine: the most tokens the model may write per page"
+    ),
+    webhook_url: str | None = Query(
+        None,
+        max_length=2000,
+        description="POSTed to once the job is finished (done, failed or cancelled), JSON "
+        "{event: job.finished, job_id, status, pages_total, pages_done, pages_failed, finished_at, "
+        "status_url, result_url}, headers X-OCR-Webhook-Id (the same on every retry) and "
+        "X-OCR-Signature: t=<unix seconds>,v1=<hex HMAC-SHA256(secret, '<t>.' + body)>, the secret "
+        "being the hex sha256 of your API key. Must lie under the server's job_webhook_allowed_urls "
+        "(else 400 invalid_webhook). Answer 2xx; a 5xx or no answer is retried with back-off, a 3xx "
+        "(never followed) or 4xx is not",
+    ),
+    idempotency_key: str | None = Header(
+        None,
+        max_length=200,
+        description="the same key and the same document (and options) return the same job",
+    ),
+) -> JSONResponse:
+    s = state.settings
+    jobs = state.require_jobs()
+    content_type = request.headers.get("content-type", "")
+    check_media_type(content_type)
+    check_webhook_url(webhook_url, s.job_webhook_allowed_urls)
+    selection = parse_page_selection(pages, s.max_job_pages)
+    check_max_tokens(max_tokens, s.vllm_max_tokens_cap)
+    check_declared_length(request, s.max_job_bytes)
+    body = await read_body(request, s.max_job_bytes)
+    request.state.bytes = len(body)
+    job_id, created = await jobs.submit(
+        caller, idempotency_key, body, content_type, selection, preview, max_tokens, webhook_url
+    )
+    headers = {"Location": f"/v1/jobs/{job_id}"} | ({} if created else {"Idempotent-Replayed": "true"})
+    return JSONResponse(job_urls(str(job_id)).model_dump(), status_code=202, headers=headers)
+
+
+@router.get("/v1/jobs/{job_id}", response_model=JobStatus, responses=_JOB_ERRORS, summary="A job's status")
+async def job_status(job_id: str, state: State, caller: str = Depends(require_caller)) -> JobStatus:
+    return JobStatus(**await state.require_jobs().status(caller, job_id))
+
+
+@router.delete(
+    "/v1/jobs/{job_id}",
+    response_model=JobStatus,
+    responses=_JOB_ERRORS,
+    summary="Cancel a job: its pages not yet started are not run",
+)
+async def cancel_job(job_id: str, state: State, caller: str = Depends(require_caller)) -> JobStatus:
+    return JobStatus(**await state.require_jobs().cancel(caller, job_id))
+
+
+@router.get(
+    "/v1/jobs/{job_id}/events",
+    responses={**_JOB_ERRORS, 200: {"content": {"text/event-stream": {}}, "description": "the events"}},
+    response_class=StreamingResponse,
+    summary="Server-Sent Events: progress, then a page event per page in order (id: the page), then done",
+)
+async def job_events(
+    job_id: str,
+    state: State,
+    caller: str = Depends(require_caller),
+    last_event_id: str | None = Header(
+        None, max_length=20, description="resume after this page (the id of the last page event)"
+    ),
+) -> StreamingResponse:
+    stream = await state.require_jobs().events(caller, job_id, last_event_id)
+    return StreamingResponse(
+        stream,
+        media_type="text/event-stream",
+        headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
+    )
+
+
+@router.get(
+    "/v1/jobs/{job_id}/result",
+    responses={
+        **_JOB_ERRORS,
+        409: {"model": ErrorBody, "description": "job_not_finished"},
+        200: {
+            "content": {"application/json": {}, "application/x-ndjson": {}},
+            "description": "the pages",
+        },
+    },
+    response_class=StreamingResponse,
+    summary="A finished job's pages in order: JSON, or JSON Lines with Accept: application/x-ndjson",
+)
+async def job_result(
+    job_id: str,
+    request: Request,
+    state: State,
+    caller: str = Depends(require_caller),
+) -> StreamingResponse:
+    ndjson = "application/x-ndjson" in request.headers.get("accept", "")
+    stream = await state.require_jobs().result(caller, job_id, ndjson)
+    return StreamingResponse(stream, media_type="application/x-ndjson" if ndjson else "application/json")

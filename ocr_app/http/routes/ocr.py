@@ -1,0 +1,76 @@
+"""POST /v1/ocr: the request checked (engine ready, media type, pages, max_tokens, declared length), then one
+call into the pipeline (ocr_app/ocr/pipeline.py: admission, decode, engine), which reads the body once the
+request holds a slot."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Depends, Query, Request
+
+from ...documents.upload import parse_page_selection
+from ...errors import NotReady
+from ...fleet.shadow import SHADOW_HEADER, Offer
+from ...ocr.pipeline import Job, Trace
+from ...schemas import OcrResponse
+from ..deps import (
+    DOCUMENT_BODY,
+    KEY_HEADERS,
+    State,
+    Upload,
+    check_declared_length,
+    check_max_tokens,
+    check_media_type,
+    require_caller,
+)
+from ..errors import ERROR_RESPONSES
+
+router = APIRouter()
+
+
+@router.post(
+    "/v1/ocr",
+    response_model=OcrResponse,
+    responses=ERROR_RESPONSES,
+    openapi_extra=DOCUMENT_BODY,
+    summary="OCR an image or a PDF",
+)
+async def ocr(
+    request: Request,
+    state: State,
+    caller: str = Depends(require_caller),
+    pages: str | None = Query(None, description="PDF/TIFF pages, e.g. 1-3,5", max_length=200),
+    preview: bool = Query(False, description="each page's image as the engine saw it, as a data URL"),
+    max_tokens: int | None = Query(
+        None, ge=1, description="vllm engine: the most tokens the model may write per page"
+    ),
+) -> OcrResponse:
+    s = state.settings
+    if state.status != "ready":
+        raise NotReady(state.status)
+    content_type = request.headers.get("content-type", "")
+    check_media_type(content_type)
+    job = Job(content_type, parse_page_selection(pages, s.max_pages), preview, max_tokens)
+    check_max_tokens(max_tokens, s.vllm_max_tokens_cap)
+    check_declared_length(request, s.max_upload_bytes)
+
+    trace = Trace()
+    try:
+        async with Upload(request, s.max_upload_bytes) as upload:
+            answer = await state.pipeline.run(upload.read, job, request.state.request_id, trace)
+    finally:
+        request.state.bytes, request.state.pages = trace.bytes, trace.pages
+    if s.shadow_file is not None and SHADOW_HEADER not in request.headers:  # a replay is not replayed
+        request.state.shadow = _shadow_offer(request, upload.body, content_type, answer)
+    return answer
+
+
+def _shadow_offer(request: Request, body: bytes, content_type: str, answer: OcrResponse) -> Offer:
+    """The request as it can be replayed to a canary (ocr_app/fleet/shadow.py), offered by RequestContext once
+    the client has its answer."""
+    return Offer(
+        body=body,
+        content_type=content_type,
+        query=tuple((k, v) for k, v in request.query_params.multi_items() if k != "preview"),
+        auth={h: request.headers[h] for h in KEY_HEADERS if h in request.headers},
+        request_id=request.state.request_id,
+        answer=answer,
+    )
