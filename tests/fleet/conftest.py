@@ -25,8 +25,8 @@ LAB = os.environ.get("OCRFLEET_FLEET_LAB", "fleet")
 # One more than make demo's default: on 2 hosts the load's 2 clients keep app-1's one instance busy
 # throughout, so it takes no job page beside them; on 3, leastconn leaves a different host quiet each moment.
 APPS = 3
-MULTI = "app-2"  # runs ocr-app@0..3 (inventory/lab/host_vars/app-2.yml)
-MULTI_INSTANCES = 4
+MULTI = "app-2"  # runs ocr-app@0..1 (inventory/lab/host_vars/app-2.yml)
+MULTI_INSTANCES = 2
 
 
 def instances(host: str) -> int:

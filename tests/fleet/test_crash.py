@@ -1,7 +1,7 @@
 """A crash costs nothing (`make test-fleet`): `kill -9` of an app instance under load fails no request.
 
 Under a constant load (4 clients, documents up to 2 MB) the only instance of app-1 is killed, then one of
-the four instances of app-2. Requests the dead instance held are replayed (nginx: on another of app-2's;
+the two instances of app-2. Requests the dead instance held are replayed (nginx: on another of app-2's;
 HAProxy: on the other host for app-1, whose nginx can only answer 502), and the dead instance gets no request
 after its first failure (nginx skips app-2's dead instance) or, for app-1, once HAProxy's checks have it DOWN
 (a replayed 502 cannot mark a server down: HAProxy replays it before counting it). Each time systemd restarts
@@ -109,7 +109,7 @@ def test_crash_costs_nothing(fleet):
     assert not late, f"{ONE} got requests after HAProxy had it DOWN: {late}"
     say(f"{ONE}: replayed by HAProxy: {[r['rid'] for r in failed]} (load-I-N: N % 8 >= 6 is a 2 MB document)")
 
-    # app-2 (four instances): nginx replays what @1 held on the next instance and skips @1 after its first
+    # app-2 (two instances): nginx replays what @1 held on the next instance and skips @1 after its first
     # failure, but for one request per FAIL_TIMEOUT_S with which it probes whether @1 is back (replayed when
     # it is not).
     dead = "127.0.0.1:8001"

@@ -346,7 +346,7 @@ def test_rolling_upgrades_under_load(fleet, tmp_path):
         assert len(verdict) == 1 and "canary verdict: promote" in verdict[0], verdict
         canary_ended(fleet)
         print(canary_figures(verdict[0]))
-        # And on the 4-instance host, one instance at a time: each stopped only once the one before it was
+        # And on the 2-instance host, one instance at a time: each stopped only once the one before it was
         # active again.
         restarted = invocations(fleet, MULTI)
         assert len(restarted) == MULTI_INSTANCES and not set(started) & set(restarted), (started, restarted)

@@ -5,8 +5,8 @@ driver from the signed fake repository on each, and, since a new driver needs a 
 at a time: each drained and out of the load balancer before its reboot, verified and back in before the next
 host's drain. Two hosts are the fewest that show the order; the third app host keeps serving and is left
 alone (no GPU, no driver, no reboot). A constant load through the load balancer loses no request. app-2 has 4
-stand-in GPUs and runs one instance per GPU (ocr-app@0..3): each is bound to its own device, its nginx
-balances across the four, and its GPU metrics count four.
+stand-in GPUs and runs one instance per GPU (ocr-app@0..1): each is bound to its own device, its nginx
+balances across both, and its GPU metrics count two.
 """
 
 from __future__ import annotations
@@ -66,7 +66,7 @@ def nvidia_repo(fleet, tmp_path):
 
 
 def rebooted(fleet) -> list[str]:
-    """The app hosts that get GPUs and the driver, in the reboot play's order: the 4-instance host and the
+    """The app hosts that get GPUs and the driver, in the reboot play's order: the multi-instance host and the
     last one-instance host."""
     return [h for h in fleet.apps if h in (MULTI, fleet.apps[-1])]
 
@@ -125,7 +125,7 @@ def test_new_driver_reboots_one_drained_host_at_a_time_under_load(fleet, nvidia_
         held = fleet.lab.exec(host, ["apt-mark", "showhold"]).stdout.split()
         assert {"nvidia-open", "nvidia-persistenced"} <= set(held), held
     assert {lb_servers(fleet)[h]["status"] for h in fleet.apps} == {"UP"}
-    # app-2's nginx answered the load through each of its four instances (least_conn).
+    # app-2's nginx answered the load through each of its instances (least_conn).
     served = {a for r in ocr_lines(fleet, MULTI, offset) for a, s in r["attempts"] if s == "200"}
     assert served == {f"127.0.0.1:{8000 + i}" for i in range(MULTI_INSTANCES)}, served
 
@@ -167,7 +167,7 @@ INSTANCES_PLAY = """
 
 
 def test_with_gpu_count_auto_the_instances_follow_the_gpus(fleet, tmp_path):
-    # After the tests above: app-2 has 4 stand-in GPUs, app-3 1, app-1 none. ocr_app_gpu_count's default,
+    # After the tests above: app-2 has 2 stand-in GPUs, app-3 1, app-1 none. ocr_app_gpu_count's default,
     # auto, counts the /dev/nvidiaN nodes (the lab inventory fixes app-2's count only because the demo's hosts
     # have none).
     play = tmp_path / "instances.yml"

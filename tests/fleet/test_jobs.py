@@ -55,7 +55,7 @@ def test_a_job_survives_a_kill_a_database_restart_and_a_cut(fleet):
     job = FleetJob.submit(fleet, PAGES, key=f"fleet-disruptions-{int(submitted)}")
     say(f"job {job.job_id}: {PAGES} pages submitted")
 
-    # kill -9 an instance of the 4-instance host mid-job: its range's lease expires, another reads it.
+    # kill -9 an instance of the 2-instance host mid-job: its range's lease expires, another reads it.
     running(job.wait_pages(10, 600))
     fleet.lab.exec(MULTI, ["systemctl", "kill", "--signal=SIGKILL", "ocr-app@1.service"])
     say(f"killed {MULTI}'s ocr-app@1")
