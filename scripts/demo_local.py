@@ -164,7 +164,7 @@ def serve(ocr_app: str, state: Path, port: int, keys: Path, key: str, cluster: C
                --data-binary @page.png {url}/v1/ocr
   Or:        .venv/bin/ocr-app ocr page.png --url {url} --key {key}
   Bulk jobs: export OCR_APP_URL={url} OCR_APP_KEY={key}
-             .venv/bin/ocr-app jobs submit scan.pdf --follow --output scan.jsonl   (README: Bulk jobs)
+             .venv/bin/ocr-app jobs submit scan.pdf --follow --output scan.jsonl   (docs/api.md: Bulk jobs)
 """
         )
         if once:

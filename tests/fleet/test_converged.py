@@ -68,8 +68,9 @@ def test_journal_has_the_request_as_fields_without_document_text(fleet):
 
 
 def test_one_requests_way_through_the_fleet_in_the_journal(fleet):
-    """README's "one request's way": with the id from the response, `journalctl REQUEST_ID=<id>` on the LB
-    names the app host (`UPSTREAM`), and the same command there shows nginx's entry and the app's."""
+    """docs/operations.md's "One request's way": with the id from the response, `journalctl REQUEST_ID=<id>`
+    on the LB names the app host (`UPSTREAM`), and the same command there shows nginx's entry and the
+    app's."""
     with fleet.client() as c:
         r = c.post(
             "/v1/ocr", content=encode(render(TEXTS["en"]).image, "PNG"), headers={"Content-Type": "image/png"}
