@@ -1,4 +1,4 @@
-"""Settings (ocr_app/config.py) is the one home of every app setting; the kit's copies follow it.
+"""Settings (ocr_app/config/) is the one home of every app setting; the kit's copies follow it.
 
 - The generated blocks (role defaults, argument specs, config.yml.j2, the role's README, the example
   inventory) and docs/configuration.md are what scripts/gen_settings.py makes of Settings now.

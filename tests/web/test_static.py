@@ -82,7 +82,7 @@ def test_works_offline_and_keeps_the_key_out_of_persistent_storage(name):
     "path",
     [
         *("/web/index.html", "/web/nope.js", "/index.html"),
-        *("/web/../config.py", "/web/..%2fconfig.py", "/web/%2e%2e/config.py"),  # traversal, sent as written
+        *("/web/../cli.py", "/web/..%2fcli.py", "/web/%2e%2e/cli.py"),  # traversal, sent as written
     ],
 )
 def test_other_paths_are_json_404(server: Server, path):
