@@ -107,15 +107,26 @@ case "$constraints" in
   *) cons=(--constraint "$constraints") ;;
 esac
 
+# The registry sometimes answers an index page short (pip then finds "no matching distribution" for a version
+# that is there): a download that fails is tried again, up to three times.
+again() {
+  local n
+  for n in 1 2 3; do
+    "$@" && return 0
+    [ "$n" -lt 3 ] && echo "$0: the download failed (try $n of 3); trying again" >&2 && sleep 5
+  done
+  return 1
+}
+
 echo "downloading the dependencies for cp$pyver $platform (extras: ${extras:-none})"
 spec="$app_whl"
 [ -n "$extras" ] && spec="$app_whl[$extras]"
-"$pip" download "${pipq[@]}" --dest "$tmp/out" --only-binary=:all: \
+again "$pip" download "${pipq[@]}" --dest "$tmp/out" --only-binary=:all: \
   --python-version "$pyver" --implementation cp --abi "$abi" --abi abi3 --abi none \
   "${platforms[@]}" "${cons[@]}" "$spec"
 
 echo "downloading uv $uv_version, the hosts' installer"
-"$pip" download "${pipq[@]}" --dest "$tmp/out" --only-binary=:all: --no-deps \
+again "$pip" download "${pipq[@]}" --dest "$tmp/out" --only-binary=:all: --no-deps \
   --python-version "$pyver" --implementation cp --abi "$abi" --abi abi3 --abi none \
   "${platforms[@]}" "uv==$uv_version"
 
