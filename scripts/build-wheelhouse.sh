@@ -107,28 +107,57 @@ case "$constraints" in
   *) cons=(--constraint "$constraints") ;;
 esac
 
-# The registry sometimes answers an index page short (pip then finds "no matching distribution" for a version
-# that is there): a download that fails is tried again, up to three times.
+# The registry sometimes answers an index page short right after a venv's install (pip then finds "no matching
+# distribution" for a version that is there, as a clean clone's make test did twice): a download that fails is
+# tried again, 20 and then 60 seconds later.
 again() {
-  local n
-  for n in 1 2 3; do
+  local wait
+  for wait in 20 60; do
     "$@" && return 0
-    [ "$n" -lt 3 ] && echo "$0: the download failed (try $n of 3); trying again" >&2 && sleep 5
+    echo "$0: the download failed; trying again in $wait s" >&2
+    sleep "$wait"
   done
-  return 1
+  "$@"
 }
 
-echo "downloading the dependencies for cp$pyver $platform (extras: ${extras:-none})"
-spec="$app_whl"
-[ -n "$extras" ] && spec="$app_whl[$extras]"
-again "$pip" download "${pipq[@]}" --dest "$tmp/out" --only-binary=:all: \
-  --python-version "$pyver" --implementation cp --abi "$abi" --abi abi3 --abi none \
-  "${platforms[@]}" "${cons[@]}" "$spec"
+# The dependencies' wheels and uv depend only on the pins, the extras and the target: kept under
+# $OCRFLEET_CACHE/wheelhouse-deps/<key> (the three newest keys), so that a clean clone's make test downloads
+# them once per change of the pins, not once per clone. Skipped where that directory cannot be written.
+cache_root="${OCRFLEET_CACHE:-/var/cache/ocrfleet}/wheelhouse-deps"
+deps_key="$(
+  {
+    echo "extras=$extras python=$pyver platform=$platform constraints=$constraints uv=$uv_version"
+    sha256sum <pyproject.toml
+    sha256sum <"$0"
+    [ "${#cons[@]}" -eq 0 ] || sha256sum <"${cons[1]}"
+  } | sha256sum | cut -c1-16
+)"
+cache="$cache_root/$deps_key"
+if [ -f "$cache/SHA256SUMS" ] && (cd "$cache" && sha256sum --quiet --strict -c SHA256SUMS >/dev/null 2>&1); then
+  echo "the dependencies' wheels and uv $uv_version from $cache"
+  cp "$cache"/*.whl "$tmp/out/"
+else
+  echo "downloading the dependencies for cp$pyver $platform (extras: ${extras:-none})"
+  spec="$app_whl"
+  [ -n "$extras" ] && spec="$app_whl[$extras]"
+  again "$pip" download "${pipq[@]}" --dest "$tmp/out" --only-binary=:all: \
+    --python-version "$pyver" --implementation cp --abi "$abi" --abi abi3 --abi none \
+    "${platforms[@]}" "${cons[@]}" "$spec"
 
-echo "downloading uv $uv_version, the hosts' installer"
-again "$pip" download "${pipq[@]}" --dest "$tmp/out" --only-binary=:all: --no-deps \
-  --python-version "$pyver" --implementation cp --abi "$abi" --abi abi3 --abi none \
-  "${platforms[@]}" "uv==$uv_version"
+  echo "downloading uv $uv_version, the hosts' installer"
+  again "$pip" download "${pipq[@]}" --dest "$tmp/out" --only-binary=:all: --no-deps \
+    --python-version "$pyver" --implementation cp --abi "$abi" --abi abi3 --abi none \
+    "${platforms[@]}" "uv==$uv_version"
+
+  if mkdir -p "$cache_root" 2>/dev/null && [ -w "$cache_root" ]; then
+    new="$(mktemp -d "$cache_root/.new.XXXXXX")"
+    (cd "$tmp/out" && find . -maxdepth 1 -name '*.whl' ! -name 'ocr_app-*' -exec cp {} "$new/" \;)
+    (cd "$new" && sha256sum -- *.whl >SHA256SUMS)
+    # Whole or not at all; another build that got there first wins.
+    rm -rf "$cache" && mv -T "$new" "$cache" || rm -rf "$new"
+    ls -1dt "$cache_root"/*/ | tail -n +4 | xargs -r rm -rf
+  fi
+fi
 
 # Nothing but wheels, each for the target.
 shopt -s nullglob
