@@ -1,10 +1,12 @@
 """Measurement 7: the rapidocr engine in-process with orientation and layout on vs off, per page, the layout
-of a dense page, and the order-sensitive CER of the contract tests' layout pages."""
+of a dense page, the order-sensitive CER of the contract tests' layout pages, and the CPU a page costs with
+ONNX Runtime's threads spinning (its default) vs not (the service's setting)."""
 
 from __future__ import annotations
 
 import asyncio
 import random
+import time
 
 from bench.harness import median, pc
 from tests.docs import TEXTS, layout_pages, photo_like, render
@@ -80,6 +82,14 @@ def bench_layout(reps: int) -> dict:
     finally:
         for eng in (on, off):
             asyncio.run(eng.close())
+    # Pages like the fleet's load (tests/fleet/load.py): two lines, 900 pixels wide.
+    spin = bench_spinning(
+        [
+            render([f"Invoice number {4000 + k}", "OCRFLEET ROLLING UPGRADE"], size=32, width=900).image
+            for k in range(3)
+        ],
+        reps,
+    )
     timed = {"on": t_on, "off": t_off, "layout": t_layout, "rows": t_rows}
     ms = {k: median(v) * 1000 for k, v in timed.items()}
     before = ms["off"] - ms["layout"] + ms["rows"]  # orientation off, rows sorted as before #12
@@ -93,4 +103,42 @@ def bench_layout(reps: int) -> dict:
         "n": len(t_on),
         "dense_ms": dense_ms,
         "cer": cer_rows,
+        **spin,
+    }
+
+
+def bench_spinning(pages: list, reps: int) -> dict:
+    """CPU seconds (this process's, ONNX Runtime's threads included) and wall time per page, one instance with
+    the service's 2 threads whose sessions spin (ONNX Runtime's default) beside one whose sessions do not (the
+    service's ORT_SESSION_CONFIG). Process CPU counts every thread, so one engine at a time is loaded and
+    measured, in the order A B B A (a drift in the machine's speed falls on both)."""
+    from ocr_app.engines.rapidocr import engine as rapid
+
+    shipped = rapid.ORT_SESSION_CONFIG
+    cpu: dict[str, list[float]] = {"spinning": [], "not_spinning": []}
+    wall: dict[str, list[float]] = {"spinning": [], "not_spinning": []}
+    for name in ("spinning", "not_spinning", "not_spinning", "spinning"):
+        rapid.ORT_SESSION_CONFIG = dict.fromkeys(shipped, "1" if name == "spinning" else "0")
+        try:
+            eng = rapid.RapidOcrEngine(workers=1, threads=2, orientation=False)
+            asyncio.run(eng.load())  # the sessions are built here, with the options above
+        finally:
+            rapid.ORT_SESSION_CONFIG = shipped
+        try:
+            for im in pages:  # warm-up
+                eng._run(im)
+            for _ in range(reps):
+                for im in pages:
+                    c, t = time.process_time(), pc()
+                    eng._run(im)
+                    cpu[name].append(time.process_time() - c)
+                    wall[name].append(pc() - t)
+        finally:
+            asyncio.run(eng.close())
+    return {
+        "spinning_cpu_s": median(cpu["spinning"]),
+        "not_spinning_cpu_s": median(cpu["not_spinning"]),
+        "spinning_ms": median(wall["spinning"]) * 1000,
+        "not_spinning_ms": median(wall["not_spinning"]) * 1000,
+        "spinning_n": len(cpu["spinning"]),
     }

@@ -9,6 +9,7 @@ GOAL_HEALTHZ_P99_MS = 50.0
 GOAL_DECODE_MS = 40.0
 GOAL_JOBS_RATIO = 0.95  # job pages/s / the same pages as synchronous requests: the queue costs nothing
 GOAL_JOBS_LATENCY_RATIO = 1.25  # /v1/ocr latency beside a running job / without one
+GOAL_SPIN_CPU_RATIO = 0.8  # CPU per page, ONNX Runtime's threads not spinning / spinning (its default)
 GOAL_LAYOUT_RATIO = 1.2  # per page, orientation and layout on / both off, upright single-column pages
 
 
@@ -187,6 +188,20 @@ def layout_rows(lay: dict | None) -> list[tuple[str, str, str, str, str, str, st
             f"~{(large / small) ** 2:.0f}x if quadratic",
         )
     )
+    if "spinning_cpu_s" in lay:
+        ratio = lay["not_spinning_cpu_s"] / lay["spinning_cpu_s"]
+        rows.append(
+            (
+                "7 page CPU, threads not spinning / spinning  s",
+                fmt(lay["not_spinning_cpu_s"], ".3f"),
+                fmt(lay["spinning_cpu_s"], ".3f"),
+                fmt(ratio, ".2f"),
+                f"<= {GOAL_SPIN_CPU_RATIO}",
+                verdict(ratio <= GOAL_SPIN_CPU_RATIO),
+                f"n={lay['spinning_n']} two-line pages each, 2 threads; wall "
+                f"{fmt(lay['not_spinning_ms'], '.0f')} ms vs {fmt(lay['spinning_ms'], '.0f')} ms",
+            )
+        )
     for r in lay["cer"]:
         cells = [f"{v} {r[v]['cer']:.3f}" + ("" if r[v]["rotation"] == 0 else f" (turned {r[v]['rotation']})")
                  for v in ("upright", "90", "180", "270", "photo")]  # fmt: skip

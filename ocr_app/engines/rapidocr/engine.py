@@ -40,6 +40,30 @@ log = logging.getLogger("ocr_app.engines.rapidocr")
 MODEL_NAME = "PP-OCRv6-small"
 JOB_THREAD_NAME = "ocr-job"  # the job threads' name in /proc (ONNX Runtime's among them)
 
+# ONNX Runtime's thread pools spin after each operator, waiting for more work (its default). Beside the other
+# instances, the job threads and the host's own services, that burns the cores they need: a two-line page
+# like the fleet's load cost 0.36 CPU-s and 179 ms with spinning, 0.25 CPU-s and 136 ms without (2 threads,
+# 2 cores; `make bench`, measurement 7). rapidocr builds each session's options itself with no setting for this, so
+# its options factory is wrapped, once per process; tests/test_rapidocr_sessions.py reads the options back.
+ORT_SESSION_CONFIG = {"session.intra_op.allow_spinning": "0", "session.inter_op.allow_spinning": "0"}
+
+
+def _sessions_without_spinning() -> None:
+    from rapidocr.inference_engine.onnxruntime.main import OrtInferSession
+
+    build = OrtInferSession._init_sess_opts
+    if getattr(build, "ocr_app", False):
+        return
+
+    def options(cfg: Any) -> Any:
+        opts = build(cfg)
+        for key, value in ORT_SESSION_CONFIG.items():
+            opts.add_session_config_entry(key, value)
+        return opts
+
+    options.ocr_app = True  # type: ignore[attr-defined]
+    OrtInferSession._init_sess_opts = staticmethod(options)  # type: ignore[method-assign]
+
 
 class RapidOcrEngine(Engine):
     name = "rapidocr"
@@ -103,6 +127,7 @@ class RapidOcrEngine(Engine):
         except ImportError as err:
             raise EngineError("rapidocr is not installed: install ocr-app[cpu]") from err
         _quiet_rapidocr_logger()
+        _sessions_without_spinning()
         params = {
             "Global.use_cls": self.use_cls,
             "Global.log_level": "error",
@@ -165,7 +190,9 @@ class RapidOcrEngine(Engine):
         # does not pay for it (and a broken model fails here, not under traffic).
         try:
             await loop.run_in_executor(pool, inst, np.full((64, 256, 3), 255, np.uint8))
-            if self.orientation:  # a blank page never reaches the classifier: load it now
+            # A blank page never reaches the recognizer, nor the classifier: load them now.
+            await loop.run_in_executor(pool, inst._load_rec_model)
+            if self.orientation:
                 await loop.run_in_executor(pool, inst._load_cls_model)
         except Exception as err:
             where = self.model_dir or "the rapidocr wheel"
