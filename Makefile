@@ -71,7 +71,7 @@ test-vllm: system-deps  ## engine vllm on vLLM's CPU build with a tiny LightOnOC
 test-lab: lab-deps venv  ## the nspawn lab's self-test (root)
 	$(BIN)/pytest -m lab tests/lab
 
-# Each stage's duration is printed as it ends and all of them at the end, so the 60-minute budget stays visible.
+# Each stage's duration is printed as it ends and all of them at the end, so the 45-minute budget stays visible.
 TEST_STAGES := lint test-app test-vllm test-web test-lab test-roles test-fleet
 
 test: system-deps lab-deps venv wheelhouse  ## everything, from nothing: lint, app, vllm, web, lab, roles, fleet

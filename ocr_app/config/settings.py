@@ -17,6 +17,7 @@ from pydantic_settings import (
     YamlConfigSettingsSource,
 )
 
+from ..urls import prefix_problem  # httpx's parser: the one that sends the webhooks
 from .base import VLLM_PAGE_TOKENS, ConfigError
 from .engine import EngineSettings
 from .jobs import JobSettings
@@ -79,8 +80,6 @@ class Settings(
 
     @model_validator(mode="after")
     def _webhook_prefixes_are_urls(self) -> Settings:
-        from ..jobs.webhooks import prefix_problem  # httpx's parser: the one that sends the webhooks
-
         problems = [p for p in map(prefix_problem, self.job_webhook_allowed_urls) if p is not None]
         if problems:
             raise ValueError("job_webhook_allowed_urls: " + "; ".join(problems))

@@ -15,12 +15,13 @@ from typing import Any
 
 import psycopg
 
+from .. import urls
 from ..config import Settings
 from ..documents.decode import DecodeRequest
 from ..errors import InvalidParameter, InvalidWebhook, JobNotFinished, JobNotFound, TooManyPages
 from ..metrics import Metrics
 from ..ocr.pipeline import Pipeline
-from . import events, webhooks
+from . import events
 from .store import FINISHED, JobStore, unavailable
 from .worker import JobWorker, SecretOf
 
@@ -44,7 +45,7 @@ def check_webhook_url(url: str | None, allowed: list[str]) -> None:
         return
     if not allowed:
         raise InvalidWebhook("webhooks are not enabled on this server (job_webhook_allowed_urls is empty)")
-    if not webhooks.allowed(url, allowed):
+    if not urls.allowed(url, allowed):
         raise InvalidWebhook(
             "webhook_url must be an http(s) URL without user info under one of the server's "
             "job_webhook_allowed_urls"

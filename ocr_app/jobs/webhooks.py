@@ -13,7 +13,8 @@ Signing: the server holds only sha256(key) of each API key (ocr_app/auth.py), so
 secret; the client computes it from its own key. `X-OCR-Signature: t=<unix seconds>,v1=<hex>` where
 v1 = HMAC-SHA256(secret as ASCII, f"{t}.".encode() + body). Receivers call `verify(secret, header, body)`.
 
-This module imports nothing of the app: receivers (and the CLI) can import `verify` alone.
+This module imports nothing of the app but ocr_app.urls (the URL guard, httpx alone): receivers (and the CLI)
+can import `verify` alone.
 """
 
 from __future__ import annotations
@@ -25,13 +26,10 @@ import random
 import time
 from typing import Any
 
-import httpx
-
 EVENT = "job.finished"
 ID_HEADER = "X-OCR-Webhook-Id"
 SIGNATURE_HEADER = "X-OCR-Signature"
 MAX_BACKOFF_S = 900.0  # 15 min: a receiver that is down for hours still hears within 15 min of its return
-MAX_URL_LENGTH = 2000
 
 
 def secret_for_key(key: str) -> str:
@@ -74,63 +72,6 @@ def verify(
         return False
     expected = _mac(secret, t, body)
     return any(hmac.compare_digest(expected, m) for m in macs)
-
-
-# --- which URLs ---------------------------------------------------------------------------------------------
-
-
-def _parse(url: str) -> httpx.URL | None:
-    """httpx's parse of an http(s) URL with a host and no user info, else None. The same parser sends it:
-    what is checked is what is sent to."""
-    if len(url) > MAX_URL_LENGTH or any(c.isspace() or ord(c) < 0x20 or c == "\\" for c in url):
-        return None
-    try:
-        parsed = httpx.URL(url)
-    except (httpx.InvalidURL, ValueError, TypeError):
-        return None
-    if parsed.scheme not in ("http", "https") or not parsed.host or parsed.userinfo:
-        return None
-    # Dot segments left after httpx's normalisation came percent-encoded: a receiver may still resolve them.
-    if any(seg in (".", "..") for seg in parsed.path.split("/")):
-        return None
-    return parsed
-
-
-def _port(u: httpx.URL) -> int:
-    return u.port if u.port is not None else (443 if u.scheme == "https" else 80)
-
-
-def prefix_problem(prefix: str) -> str | None:
-    """Why an entry of job_webhook_allowed_urls cannot be used, or None."""
-    parsed = _parse(prefix)
-    if parsed is None:
-        return f"{prefix!r} is not an http(s) URL with a host and without user info"
-    if parsed.query or parsed.fragment:
-        return f"{prefix!r}: a prefix has no query or fragment"
-    return None
-
-
-def allowed(url: str, prefixes: list[str]) -> bool:
-    """The URL lies under one of the prefixes: scheme, host and port equal; its path starts with the
-    prefix's path, at a segment's end (a prefix path `/hooks` allows `/hooks` and `/hooks/...`, not
-    `/hooksx`; `/hooks/` allows `/hooks/...` only)."""
-    target = _parse(url)
-    if target is None:
-        return False
-    for prefix in prefixes:
-        p = _parse(prefix)
-        if p is None or (p.scheme, p.host, _port(p)) != (target.scheme, target.host, _port(target)):
-            continue
-        base = p.path or "/"
-        if target.path == base or target.path.startswith(base if base.endswith("/") else base + "/"):
-            return True
-    return False
-
-
-def host_of(url: str) -> str:
-    """What a log line may name of a webhook URL: its scheme and host (a path or query may hold a token)."""
-    parsed = _parse(url)
-    return f"{parsed.scheme}://{parsed.host}" if parsed is not None else "(invalid)"
 
 
 # --- what is sent, and when again ---------------------------------------------------------------------------

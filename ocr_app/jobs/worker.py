@@ -23,6 +23,7 @@ from typing import Any
 import httpx
 import psycopg
 
+from .. import urls
 from ..config import Settings
 from ..errors import OcrError, Unavailable
 from ..metrics import Metrics
@@ -238,11 +239,11 @@ class JobWorker:
             "job_id": str(d.job_id),
             "webhook_id": str(d.id),
             "attempt": d.attempts,
-            "receiver": webhooks.host_of(d.url),
+            "receiver": urls.host_of(d.url),
         }
         if d.attempts > s.job_webhook_max_attempts:  # its senders died mid-attempt, each time
             return await self._webhook_failed(d, None, "job_webhook_max_attempts spent", ctx)
-        if not webhooks.allowed(d.url, s.job_webhook_allowed_urls):
+        if not urls.allowed(d.url, s.job_webhook_allowed_urls):
             return await self._webhook_failed(d, None, "no longer under job_webhook_allowed_urls", ctx)
         found, secret = self.webhook_secret(d.owner)
         if not found:
@@ -250,8 +251,8 @@ class JobWorker:
         status = await self.store.status(d.owner, d.job_id)
         if status is None:  # expired meanwhile: its delivery went with it
             return
-        urls = job_urls(str(d.job_id))
-        body = webhooks.payload(status, urls.status_url, urls.result_url)
+        links = job_urls(str(d.job_id))
+        body = webhooks.payload(status, links.status_url, links.result_url)
         code: int | None = None
         error: str | None = None
         assert self._http is not None

@@ -43,8 +43,8 @@ JOB_THREAD_NAME = "ocr-job"  # the job threads' name in /proc (ONNX Runtime's am
 # ONNX Runtime's thread pools spin after each operator, waiting for more work (its default). Beside the other
 # instances, the job threads and the host's own services, that burns the cores they need: a two-line page
 # like the fleet's load cost 0.36 CPU-s and 179 ms with spinning, 0.25 CPU-s and 136 ms without (2 threads,
-# 2 cores; `make bench`, measurement 7). rapidocr builds each session's options itself with no setting for this, so
-# its options factory is wrapped, once per process; tests/test_rapidocr_sessions.py reads the options back.
+# 2 cores; `make bench`, measurement 7). rapidocr builds each session's options itself, with no setting for
+# this, so its options factory is wrapped, once per process; tests/test_rapidocr_sessions.py reads them back.
 ORT_SESSION_CONFIG = {"session.intra_op.allow_spinning": "0", "session.inter_op.allow_spinning": "0"}
 
 
