@@ -1,4 +1,5 @@
-"""A bounded load generator: OCR requests with real documents, at a fixed concurrency, to one URL.
+"""A bounded load generator: OCR requests with real documents, at a fixed concurrency, to one URL, each worker
+back to back or at its own pace (`interval_s`).
 
 A request counts as failed unless it is answered 200 with the document's text: every document carries a
 word and a number that must both come back (`misread`), so a release that keeps digits but garbles letters
@@ -71,6 +72,10 @@ def large_documents(n: int = 2) -> list[Document]:
 class Load:
     client: Callable[[], httpx.Client]
     concurrency: int = 4
+    # Each worker starts a request at most every interval_s seconds (0: back to back). Back to back, the load
+    # takes every core the lab's hosts leave free, and the playbooks it runs beside wait for the CPU; paced,
+    # it still has requests arriving at every host through each drain, restart and rejoin.
+    interval_s: float = 0.0
     max_requests: int = 20000
     docs: list[Document] = field(default_factory=documents)
     issued: int = 0
@@ -83,6 +88,7 @@ class Load:
         self._lock = threading.Lock()
         self._limit = self.max_requests
         self._threads: list[threading.Thread] = []
+        self._stopping = threading.Event()  # set by finish(): a paced worker stops waiting for its next turn
         self.started = 0.0
         self.seconds = 0.0
 
@@ -107,6 +113,8 @@ class Load:
         """Stop once at least min_total requests were sent (and what was sent is answered)."""
         with self._lock:
             self._limit = min(self.max_requests, max(self.issued, min_total))
+        if self.issued >= self._limit:
+            self._stopping.set()
         for t in self._threads:
             t.join()
         self.seconds = time.monotonic() - self.started
@@ -138,8 +146,12 @@ class Load:
                     self.first_failures.append(what)
 
     def _worker(self, index: int) -> None:
+        next_start = 0.0
         with self.client() as c:
             while (n := self._ticket()) is not None:
+                if self.interval_s:  # this worker's requests start at least interval_s apart
+                    self._stopping.wait(max(0.0, next_start - time.monotonic()))
+                    next_start = time.monotonic() + self.interval_s
                 doc = self.docs[n % len(self.docs)]
                 try:
                     r = c.post(

@@ -271,7 +271,9 @@ def test_rolling_upgrades_under_load(fleet, tmp_path):
     assert {lb_servers(fleet)[h]["status"] for h in fleet.apps} == {"UP"}
 
     runs = []  # every ansible-runner run of the scenario: none may print the API key
-    load = Load(fleet.client, concurrency=2).start()  # a request in flight on each host
+    # Two workers, each starting a request at most once a second: requests reach every host through each
+    # drain, restart and rejoin, and the playbooks keep the cores they need (tests/fleet/load.py).
+    load = Load(fleet.client, concurrency=2, interval_s=1.0).start()
     try:
         # --- a good version (release and model revision), through the whole fleet, canaried on app-1 ----
         started = invocations(fleet, MULTI)

@@ -90,7 +90,7 @@ def test_new_driver_reboots_one_drained_host_at_a_time_under_load(fleet, nvidia_
     assert {lb_servers(fleet)[h]["status"] for h in fleet.apps} == {"UP"}
     offset = log_size(fleet, MULTI)
 
-    load = Load(fleet.client, concurrency=2).start()
+    load = Load(fleet.client, concurrency=2, interval_s=1.0).start()  # paced as test_fleet's
     try:
         t0 = time.monotonic()
         r = fleet.playbook(

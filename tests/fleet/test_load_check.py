@@ -4,14 +4,17 @@ ever to reach the pool, test-fleet's failed_requests would show it). Runs in tes
 
 from __future__ import annotations
 
+import itertools
 import shutil
 import sys
+import time
+from collections import defaultdict
 
 import pytest
 
 from tests.server import Server
 
-from .load import documents, misread
+from .load import Load, documents, misread
 from .releases import ROOT, break_reading
 
 
@@ -43,3 +46,22 @@ def test_the_broken_release_fails_every_load_document(broken):
         text = r.json()["pages"][0]["text"]
         assert doc.number in "".join(text.split()), text  # test-fleet's fault: digits kept, letters not
         assert misread(doc, text) == f"{doc.word} not read", text
+
+
+def test_a_paced_worker_starts_its_requests_at_least_interval_s_apart(server):
+    """The pace test-fleet runs its load at (Load.interval_s): each worker's requests start at least that far
+    apart, when they are answered sooner, and every one of them reads right."""
+    starts: dict[str, list[float]] = defaultdict(list)
+
+    def note(request):
+        worker = request.headers["X-Request-ID"].rsplit("-", 1)[0]  # load-<worker>-<n>
+        starts[worker].append(time.monotonic())
+
+    load = Load(lambda: server.client(event_hooks={"request": [note]}), concurrency=2, interval_s=0.5).start()
+    load.finish(min_total=8)
+    load.check(8)
+    assert sorted(starts) == ["load-0", "load-1"]
+    for worker, times in starts.items():
+        gaps = [b - a for a, b in itertools.pairwise(times)]
+        # A start is noted as httpx sends, a little after the worker's clock for its next turn was set.
+        assert len(gaps) >= 3 and min(gaps) >= 0.45, (worker, gaps)
