@@ -13,8 +13,8 @@ Signing: the server holds only sha256(key) of each API key (ocr_app/auth.py), so
 secret; the client computes it from its own key. `X-OCR-Signature: t=<unix seconds>,v1=<hex>` where
 v1 = HMAC-SHA256(secret as ASCII, f"{t}.".encode() + body). Receivers call `verify(secret, header, body)`.
 
-This module imports nothing of the app but ocr_app.urls (the URL guard, httpx alone): receivers (and the CLI)
-can import `verify` alone.
+Which webhook URLs are allowed is ocr_app/urls.py's. This module imports nothing of the app: receivers (and
+the CLI) can import `verify` alone.
 """
 
 from __future__ import annotations
