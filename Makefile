@@ -7,10 +7,11 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 PIP_VERSION := 26.3
-# Rebuilt whenever the pinned dependencies change.
+# Rebuilt whenever the pinned dependencies change. Installed without bytecode (most of Ansible's collections are
+# never imported): each module is compiled on its first import.
 VENV_STAMP := $(VENV)/.ocrfleet-$(shell sha256sum pyproject.toml | cut -c1-12)
 
-.PHONY: help browser-deps demo demo-down demo-local test test-fleet test-app test-web test-vllm test-lab test-roles lint bench bench-vllm gpu-check venv vllm-venv system-deps lab-deps wheelhouse clean
+.PHONY: help browser-deps demo demo-down demo-local test test-fleet test-app test-web test-vllm test-lab test-roles lint lint-ansible lint-code bench bench-vllm gpu-check venv vllm-venv system-deps lab-deps wheelhouse clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -18,7 +19,7 @@ help:  ## list the targets
 $(VENV_STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --disable-pip-version-check pip==$(PIP_VERSION)
-	$(BIN)/pip install --quiet -e '.[cpu,dev,bench,kit]'
+	$(BIN)/pip install --quiet --no-compile -e '.[cpu,dev,bench,kit]'
 	rm -f $(VENV)/.ocrfleet-*
 	touch $@
 
@@ -42,18 +43,27 @@ demo-down:  ## tear the demo fleet down
 demo-local: system-deps venv  ## just the service on this machine (no root), one OCR, until Ctrl-C
 	$(BIN)/python scripts/demo_local.py
 
+# ansible-lint takes most of lint's time on one core: the other checks run beside it, each part's output whole.
 lint: venv  ## ruff, formatting, yamllint, ansible-lint (production profile), promtool on the alert rules, mypy (strict) on ocr_app/
+	@$(MAKE) --no-print-directory -j2 --output-sync=target lint-ansible lint-code
+
+lint-ansible: venv
+	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/ansible-lint --profile production -q
+
+lint-code: venv
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/yamllint --strict .
-	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/ansible-lint --profile production -q
 	promtool="$$(scripts/install-promtool.sh)"; \
 	  "$$promtool" check rules files/prometheus/ocrfleet-alerts.yml; \
 	  "$$promtool" test rules files/prometheus/ocrfleet-alerts.test.yml
 	$(BIN)/mypy
 
-test-app: system-deps venv  ## the service's tests (no root needed)
-	$(BIN)/pytest -m "not lab and not browser" tests
+# Two worker processes, one test file each at a time: the app's tests keep about one core busy alone.
+TEST_APP_WORKERS ?= 2
+
+test-app: system-deps venv  ## the service's tests (no root needed), TEST_APP_WORKERS processes
+	$(BIN)/pytest -n $(TEST_APP_WORKERS) --dist loadfile -m "not lab and not browser" tests
 
 test-web: system-deps browser-deps venv  ## the web page at / in headless Chromium, against the real app (no root needed)
 	$(BIN)/pytest -m browser tests/web
