@@ -7,8 +7,7 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 PIP_VERSION := 26.3
-# Rebuilt whenever the pinned dependencies change. Installed without bytecode (most of Ansible's collections are
-# never imported): each module is compiled on its first import.
+# Rebuilt whenever the pinned dependencies change.
 VENV_STAMP := $(VENV)/.ocrfleet-$(shell sha256sum pyproject.toml | cut -c1-12)
 
 .PHONY: help browser-deps demo demo-down demo-local test test-fleet test-app test-web test-vllm test-lab test-roles lint lint-ansible lint-code bench bench-vllm gpu-check venv vllm-venv system-deps lab-deps wheelhouse clean
@@ -19,7 +18,7 @@ help:  ## list the targets
 $(VENV_STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --disable-pip-version-check pip==$(PIP_VERSION)
-	$(BIN)/pip install --quiet --no-compile -e '.[cpu,dev,bench,kit]'
+	$(BIN)/pip install --quiet -e '.[cpu,dev,bench,kit]'
 	rm -f $(VENV)/.ocrfleet-*
 	touch $@
 
@@ -81,19 +80,29 @@ test-vllm: system-deps  ## engine vllm on vLLM's CPU build with a tiny LightOnOC
 test-lab: lab-deps venv  ## the nspawn lab's self-test (root)
 	$(BIN)/pytest -m lab tests/lab
 
-# Each stage's duration is printed as it ends and all of them at the end, so the 45-minute budget stays visible.
-TEST_STAGES := lint test-app test-vllm test-web test-lab test-roles test-fleet
+# The stages, in groups run one after another. A group's stages (joined by +) run side by side, each one's output
+# printed whole as it ends: alone, each keeps less than a core busy (lint, test-vllm, test-web, test-lab); the other
+# stages take both cores. Each stage's duration is printed as it ends, each group's too, and all of them at the end,
+# so the 45-minute budget stays visible.
+TEST_GROUPS := lint+test-vllm+test-web+test-lab test-app test-roles test-fleet
 
-test: system-deps lab-deps venv wheelhouse  ## everything, from nothing: lint, app, vllm, web, lab, roles, fleet
-	@times=(); total=$$(date +%s); \
-	for stage in $(TEST_STAGES); do \
+test: system-deps browser-deps lab-deps venv wheelhouse  ## everything, from nothing: lint, app, vllm, web, lab, roles, fleet
+	@times="$$(mktemp)"; trap 'rm -f "$$times"' EXIT; total=$$(date +%s); \
+	for group in $(TEST_GROUPS); do \
 	  start=$$(date +%s); \
-	  $(MAKE) --no-print-directory $$stage; \
-	  took=$$(( $$(date +%s) - start )); times+=("$$stage $$took s"); \
-	  echo "=== [make test] $$stage: $$took s (so far $$(( $$(date +%s) - total )) s)"; \
+	  side=(); [[ "$$group" != *+* ]] || side=(-j4 --output-sync=target); \
+	  $(MAKE) --no-print-directory "$${side[@]}" TEST_TIMES="$$times" $$(printf 'timed-%s ' $${group//+/ }); \
+	  took=$$(( $$(date +%s) - start )); \
+	  [[ "$$group" != *+* ]] || echo "$$group (side by side) $$took s" >> "$$times"; \
+	  echo "=== [make test] $$group: $$took s (so far $$(( $$(date +%s) - total )) s)"; \
 	done; \
-	echo "=== [make test] stages:"; printf '    %s\n' "$${times[@]}"; \
+	echo "=== [make test] stages:"; sed 's/^/    /' "$$times"; \
 	echo "=== [make test] total: $$(( $$(date +%s) - total )) s (setup before the stages not counted)"
+
+# One stage of make test, timed (TEST_TIMES: the file that collects the durations).
+timed-%:
+	@start=$$(date +%s); $(MAKE) --no-print-directory $*; took=$$(( $$(date +%s) - start )); \
+	echo "=== [make test] $*: $$took s"; echo "$* $$took s" >> "$(TEST_TIMES)"
 
 test-fleet: lab-deps venv wheelhouse  ## make demo's fleet with 3 app hosts (3+1+1+1 lab hosts): site.yml from outside, an alert, crashes and rolling upgrades under load (root)
 	$(BIN)/pytest -s -m lab tests/fleet
