@@ -131,9 +131,29 @@ class PageError(BaseModel):
     error: dict[str, str] = Field(description="{code, message}: as /v1/ocr would have answered the page")
 
 
+JobState = Literal["queued", "running", "done", "failed", "cancelled"]
+
+
+class JobSummary(BaseModel):
+    job_id: str
+    status: JobState
+    pages: JobPages
+    created_at: str
+    started_at: str | None
+    finished_at: str | None
+    expires_at: str | None
+
+
+class JobList(BaseModel):
+    jobs: list[JobSummary] = Field(description="newest first")
+    next_cursor: str | None = Field(
+        description="pass as cursor= for the jobs after these; null when there are no more"
+    )
+
+
 class JobStatus(BaseModel):
     job_id: str
-    status: Literal["queued", "running", "done", "failed", "cancelled"]
+    status: JobState
     pages: JobPages
     created_at: str
     started_at: str | None

@@ -7,7 +7,9 @@ STALL_CONTROL naming a directory. On each request, recognize() looks there:
   the file is removed first, so it happens once;
 - `wedge`: waits (without blocking the loop) while the file exists, finishing no page;
 - `trickle` (a number of seconds): each page takes that long (a slow engine that still makes progress);
-- `hold_interactive`: an interactive request's pages wait while the file exists (a bulk job's go on).
+- `hold_interactive`: an interactive request's pages wait while the file exists (a bulk job's go on);
+- `wedge_after` (a number N): once the engine has read N pages (`ocr_engine_pages_total`), each further
+  page waits while the file exists (page N + 1 is then in flight, and stays so).
 
 Otherwise every page reads back the self-test text at once. Everything else (settings, the CLI, the HTTP
 app, the decode pool) is the app's own: only the class behind `engine: rapidocr` is replaced, in this
@@ -50,8 +52,11 @@ class StallEngine(Engine):
         trickle = self.control / "trickle"
         per_page = float(trickle.read_text()) if trickle.exists() else 0.0
         out = []
+        wedge_after = self.control / "wedge_after"
         for _ in pages:
             await asyncio.sleep(per_page)
+            while wedge_after.exists() and self.pages_done >= int(wedge_after.read_text() or 0):  # noqa: ASYNC110
+                await asyncio.sleep(0.05)
             out.append(EnginePage(lines=[EngineLine(SELF_TEST_TEXT, None, 1.0)]))
             self._page_done()
         return out

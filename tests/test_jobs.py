@@ -272,7 +272,7 @@ def test_cancel_runs_no_page_and_frees_the_in_flight_limit(jobs_srv):
 
 def test_job_routes_in_the_openapi_document(jobs_srv):
     paths = httpx.get(jobs_srv.url + "/openapi.json").json()["paths"]
-    assert set(paths["/v1/jobs"]) == {"post"}
+    assert set(paths["/v1/jobs"]) == {"post", "get"}
     assert set(paths["/v1/jobs/{job_id}"]) == {"get", "delete"}
     assert "get" in paths["/v1/jobs/{job_id}/events"] and "get" in paths["/v1/jobs/{job_id}/result"]
     assert "202" in paths["/v1/jobs"]["post"]["responses"]

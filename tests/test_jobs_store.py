@@ -47,11 +47,11 @@ async def new_job(store: JobStore, owner: str, pages: list[int], range_pages: in
 def test_a_replayed_page_changes_nothing(url):
     async def scenario(store: JobStore):
         job_id = await new_job(store, "replay", [1, 2])
-        claim = await store.claim("w1", 30)
+        claim = await store.ranges.claim("w1", 30)
         assert claim is not None and claim.job_id == job_id and claim.pages == [1, 2]
-        assert await store.write_page(job_id, 1, '{"page": 1, "text": "first"}', None, "w1")
-        assert not await store.write_page(job_id, 1, '{"page": 1, "text": "second"}', None, "w2")
-        assert not await store.write_page(job_id, 1, None, {"code": "x", "message": "y"}, "w2")
+        assert await store.ranges.write_page(job_id, 1, '{"page": 1, "text": "first"}', None, "w1")
+        assert not await store.ranges.write_page(job_id, 1, '{"page": 1, "text": "second"}', None, "w2")
+        assert not await store.ranges.write_page(job_id, 1, None, {"code": "x", "message": "y"}, "w2")
         return [(r.page, r.result, r.error) for r in await store.finished_pages(job_id, 0)]
 
     assert run(url, scenario) == [(1, '{"page": 1, "text": "first"}', None)]
@@ -60,18 +60,18 @@ def test_a_replayed_page_changes_nothing(url):
 def test_an_expired_lease_is_claimed_by_another_worker_and_two_never_share_a_range(url):
     async def scenario(store: JobStore):
         job_id = await new_job(store, "lease", [1, 2, 3, 4])
-        first = await store.claim("dead", 1)
-        second = await store.claim("alive", 30)
+        first = await store.ranges.claim("dead", 1)
+        second = await store.ranges.claim("alive", 30)
         assert first is not None and second is not None
         assert {first.first_page, second.first_page} == {1, 3}  # SKIP LOCKED / leased: different ranges
-        assert await store.claim("alive", 30) is None  # nothing else is claimable while leases hold
+        assert await store.ranges.claim("alive", 30) is None  # nothing else is claimable while leases hold
         deadline = time.monotonic() + 30
         # Polls the database's clock past the dead worker's lease (no event can say when it passes).
-        while (again := await store.claim("alive", 30)) is None and time.monotonic() < deadline:  # noqa: ASYNC110
+        while (again := await store.ranges.claim("alive", 30)) is None and time.monotonic() < deadline:  # noqa: ASYNC110
             await asyncio.sleep(0.05)
         assert again is not None and again.reclaimed and again.first_page == first.first_page
-        assert not await store.keep(first, "dead", 30)  # the dead worker's lease is gone
-        assert await store.keep(again, "alive", 30)
+        assert not await store.ranges.keep(first, "dead", 30)  # the dead worker's lease is gone
+        assert await store.ranges.keep(again, "alive", 30)
         return job_id
 
     run(url, scenario)
@@ -80,13 +80,43 @@ def test_an_expired_lease_is_claimed_by_another_worker_and_two_never_share_a_ran
 def test_a_cancelled_jobs_ranges_are_not_claimed(url):
     async def scenario(store: JobStore):
         job_id = await new_job(store, "cancel", [1, 2, 3])
-        claim = await store.claim("w", 30)
+        claim = await store.ranges.claim("w", 30)
         assert claim is not None and claim.job_id == job_id
         assert await store.cancel("cancel", job_id, 60)
-        assert not await store.keep(claim, "w", 30)  # the running range stops before its next page
-        assert await store.claim("w", 30) is None
-        assert await store.document(job_id) is None
-        assert await store.finish_range(claim, "w", 60) is None  # cancelled stays cancelled
+        assert not await store.ranges.keep(claim, "w", 30)  # the running range stops before its next page
+        assert await store.ranges.claim("w", 30) is None
+        assert await store.ranges.document(job_id) is None
+        assert await store.ranges.finish_range(claim, "w", 60) is None  # cancelled stays cancelled
         return (await store.status("cancel", job_id))["status"]
 
     assert run(url, scenario) == "cancelled"
+
+
+def test_a_page_is_written_before_a_cancel_or_not_at_all(url):
+    """The cancel holds the job's row; a page written meanwhile waits for it and is then dropped. A page
+    written before the cancel stays, and is counted."""
+
+    async def scenario(store: JobStore):
+        job_id = await new_job(store, "race", [1, 2, 3])
+        claim = await store.ranges.claim("w", 30)
+        assert claim is not None and claim.pages == [1, 2]
+        assert await store.ranges.write_page(job_id, 1, '{"page": 1}', None, "w")
+        async with await psycopg.AsyncConnection.connect(url) as cancelling:
+            await cancelling.execute(
+                "SELECT 1 FROM ocr_jobs WHERE id = %s FOR UPDATE", (job_id,)
+            )  # a cancel under way: JobStore.cancel's first statement, its transaction still open
+            write = asyncio.create_task(store.ranges.write_page(job_id, 2, '{"page": 2}', None, "w"))
+            async with await psycopg.AsyncConnection.connect(url, autocommit=True) as watch:
+                sql = "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE %s"
+                deadline = time.monotonic() + 30
+                while (await (await watch.execute(sql, ("INSERT INTO ocr_job_pages%",))).fetchone())[0] != 1:
+                    assert time.monotonic() < deadline and not write.done(), "the write never waited"
+                    await asyncio.sleep(0.02)
+            await cancelling.execute("UPDATE ocr_jobs SET status = 'cancelled' WHERE id = %s", (job_id,))
+            await cancelling.commit()
+        assert not await write  # waited for the cancel, then dropped
+        assert not await store.ranges.write_page(job_id, 3, '{"page": 3}', None, "w")
+        status = await store.status("race", job_id)
+        return status["pages"], [r.page for r in await store.finished_pages(job_id, 0)]
+
+    assert run(url, scenario) == ({"total": 3, "done": 1, "failed": 0}, [1])

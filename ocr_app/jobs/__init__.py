@@ -2,10 +2,10 @@
 
 A bulk job's way: POST /v1/jobs stores the document and queues its page ranges (store.py) -> each
 instance's worker claims a range while its interactive queue is short, keeps the range's lease alive while
-it reads the pages, and writes each page's result once (worker.py) -> SSE page events and the result
-stream read those rows (events.py) -> once the job is finished, its webhook, if it asked for one, is
-POSTed by any instance's worker (webhooks.py). No job state lives in a process: any instance answers for any
-job.
+it reads the pages, and writes each page's result once (worker.py, on ranges.py's rows) -> SSE page events
+and the result stream read those rows (events.py) -> once the job is finished, its webhook, if it asked
+for one, is POSTed by any instance's worker (webhooks.py). No job state lives in a process: any instance
+answers for any job.
 
 The queue is our own SQL, not a library (procrastinate 3.x, pgqueuer 1.x were read for it):
 - Both are task queues: the unit is one task run by a function. Ours is a page range whose pages are

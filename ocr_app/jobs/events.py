@@ -26,6 +26,10 @@ def _event(name: str, data: str, event_id: int | None = None) -> str:
     return f"{head}event: {name}\ndata: {data}\n\n"
 
 
+def _progress(status: str, sent: int, total: int) -> str:
+    return _event("progress", json.dumps({"status": status, "pages_sent": sent, "pages_total": total}))
+
+
 def _page_event(row: PageRow) -> str:
     if row.result is not None:
         return _event("page", row.result, row.page)
@@ -53,11 +57,9 @@ async def sse(
         if status is None:  # its results expired (job_result_ttl_s) while the client listened
             yield _event("done", json.dumps({"job_id": str(job_id), "status": "expired"}))
             return
-        if status != last_status:
+        if status != last_status and status not in FINISHED:
             last_status = status
-            yield _event(
-                "progress", json.dumps({"status": status, "pages_sent": nxt, "pages_total": len(pages)})
-            )
+            yield _progress(status, nxt, len(pages))
             last_sent = time.monotonic()
         written = {r.page: r for r in await store.finished_pages(job_id, pages[nxt - 1] if nxt else after)}
         while nxt < len(pages) and pages[nxt] in written:
@@ -65,10 +67,14 @@ async def sse(
             nxt += 1
             last_sent = time.monotonic()
         if status in FINISHED:
-            # Read after the status: every page of a done job is in `written`; a cancelled job's gaps stay.
+            # Read after the status: every page of a done job is in `written`; a cancelled job's gaps stay
+            # gaps (its pages never run). Only then is the job said to be finished, twice: its last
+            # `progress`, then `done`.
             for page in pages[nxt:]:
                 if page in written:
                     yield _page_event(written[page])
+                    nxt += 1
+            yield _progress(status, nxt, len(pages))
             yield _event("done", json.dumps({"job_id": str(job_id), "status": status}))
             return
         if stopping():

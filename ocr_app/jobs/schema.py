@@ -87,6 +87,15 @@ MIGRATIONS: list[tuple[int, str, str]] = [
         CREATE INDEX ocr_job_webhooks_pending ON ocr_job_webhooks (next_attempt_at) WHERE state = 'pending';
         """,
     ),
+    (
+        3,
+        "a key's jobs newest first (GET /v1/jobs)",
+        # An index only: a release at version 2 writes the same rows and never sees it. Built in the
+        # upgrade's transaction (a short write lock on ocr_jobs, whose finished rows expire).
+        """
+        CREATE INDEX ocr_jobs_owner_created ON ocr_jobs (owner, created_at DESC, id DESC);
+        """,
+    ),
 ]
 LATEST = MIGRATIONS[-1][0]
 

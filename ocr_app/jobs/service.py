@@ -5,12 +5,15 @@ Every read filters by the caller's key name: another key's job is a 404, as one 
 
 from __future__ import annotations
 
+import base64
+import binascii
 import hashlib
 import json
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from contextlib import contextmanager
+from datetime import datetime
 from typing import Any
 
 import psycopg
@@ -50,6 +53,24 @@ def check_webhook_url(url: str | None, allowed: list[str]) -> None:
             "webhook_url must be an http(s) URL without user info under one of the server's "
             "job_webhook_allowed_urls"
         )
+
+
+def _encode_cursor(created_at: datetime, job_id: str) -> str:
+    raw = json.dumps([created_at.isoformat(), job_id]).encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def _decode_cursor(cursor: str) -> tuple[datetime, uuid.UUID]:
+    """The (created_at, id) a cursor stands for; InvalidParameter for anything GET /v1/jobs did not write."""
+    try:
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
+        created_at, job_id = json.loads(raw)
+        at = datetime.fromisoformat(created_at)
+        if at.tzinfo is None:
+            raise ValueError("naive")
+        return at, uuid.UUID(job_id)
+    except (binascii.Error, ValueError, TypeError, AttributeError):
+        raise InvalidParameter("cursor is not one that GET /v1/jobs returned (next_cursor)") from None
 
 
 def _job_id(text: str) -> uuid.UUID:
@@ -151,6 +172,25 @@ class Jobs:
             if not await self.store.cancel(owner, _job_id(job_id), self.settings.job_result_ttl_s):
                 raise JobNotFound()
         return await self.status(owner, job_id)
+
+    async def purge(self, owner: str, job_id: str) -> None:
+        """Cancel and delete now: the job, its document, pages and webhook delivery. Then 404, as expired."""
+        with _database():
+            if not await self.store.purge(owner, _job_id(job_id)):
+                raise JobNotFound()
+
+    async def list_jobs(
+        self, owner: str, statuses: Sequence[str] | None, limit: int, cursor: str | None
+    ) -> dict[str, Any]:
+        """{jobs: [newest first], next_cursor}: next_cursor (None on the last page) asks for the next."""
+        before = _decode_cursor(cursor) if cursor is not None else None
+        with _database():
+            rows = await self.store.list_jobs(owner, statuses, limit + 1, before)
+        more = len(rows) > limit
+        rows = rows[:limit]
+        next_cursor = _encode_cursor(rows[-1]["created_at"], rows[-1]["job_id"]) if more else None
+        jobs = [r | {"created_at": r["created_at"].isoformat()} for r in rows]
+        return {"jobs": jobs, "next_cursor": next_cursor}
 
     async def events(self, owner: str, job_id: str, last_event_id: str | None) -> AsyncIterator[str]:
         after = 0

@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 import psycopg
+from psycopg import sql
 from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 from psycopg_pool import AsyncConnectionPool
@@ -22,20 +23,11 @@ from psycopg_pool import AsyncConnectionPool
 from ..errors import IdempotencyConflict, JobsUnavailable, TooManyJobs
 from . import schema
 from .deliveries import Deliveries
+from .ranges import Ranges
 
 log = logging.getLogger("ocr_app.jobs")
 
 FINISHED = ("done", "failed", "cancelled")
-
-
-@dataclass(frozen=True)
-class Claim:
-    job_id: uuid.UUID
-    first_page: int
-    pages: list[int]
-    content_type: str
-    options: dict[str, Any]
-    reclaimed: bool  # its previous owner's lease had expired
 
 
 @dataclass(frozen=True)
@@ -62,6 +54,7 @@ class JobStore:
         )
         self.schema_version: int | None = None  # None: not read yet
         self.deliveries = Deliveries(self.pool)  # the webhooks' rows, on the same pool
+        self.ranges = Ranges(self.pool)  # the workers' side: claims, leases, page writes
 
     async def open(self) -> None:
         await self.pool.open(wait=False)
@@ -228,7 +221,8 @@ class JobStore:
                     yield PageRow(*r)
 
     async def cancel(self, owner: str, job_id: uuid.UUID, ttl_s: float) -> bool:
-        """Cancel a queued or running job: its ranges not yet finished are not run. False: no such job."""
+        """Cancel a queued or running job: its ranges not yet finished are not run, and a page being read now
+        is not written (write_page). False: no such job."""
         async with self.pool.connection() as conn, conn.transaction():
             row = await (
                 await conn.execute(
@@ -252,129 +246,55 @@ class JobStore:
             await conn.execute("DELETE FROM ocr_job_documents WHERE job_id = %s", (job_id,))
         return True
 
-    # --- the worker's side ----------------------------------------------------------------------------
-
-    async def claim(self, worker: str, lease_s: float) -> Claim | None:
-        """Lease the oldest claimable range: queued, or leased by an owner whose lease has expired."""
-        async with self.pool.connection() as conn, conn.transaction():
-            row = await (
-                await conn.execute(
-                    """
-                    WITH c AS (
-                        SELECT r.job_id, r.first_page, r.state AS was
-                        FROM ocr_job_ranges r JOIN ocr_jobs j ON j.id = r.job_id
-                        WHERE (r.state = 'queued' OR (r.state = 'leased' AND r.lease_expires_at < now()))
-                          AND j.status IN ('queued', 'running')
-                        ORDER BY r.queued_at, r.job_id, r.first_page
-                        LIMIT 1
-                        FOR UPDATE OF r SKIP LOCKED
-                    )
-                    UPDATE ocr_job_ranges r
-                    SET state = 'leased', lease_owner = %s,
-                        lease_expires_at = now() + make_interval(secs => %s), claims = r.claims + 1
-                    FROM c WHERE r.job_id = c.job_id AND r.first_page = c.first_page
-                    RETURNING r.job_id, r.first_page, r.pages, c.was
-                    """,
-                    (worker, lease_s),
-                )
-            ).fetchone()
-            if row is None:
-                return None
-            job = await (
-                await conn.execute(
-                    "UPDATE ocr_jobs SET status = 'running', started_at = coalesce(started_at, now())"
-                    " WHERE id = %s AND status IN ('queued', 'running') RETURNING content_type, options",
-                    (row[0],),
-                )
-            ).fetchone()
-            assert job is not None  # the claim's join saw it queued or running, and holds its range
-        return Claim(row[0], row[1], row[2], job[0], job[1], reclaimed=row[3] == "leased")
-
-    async def document(self, job_id: uuid.UUID) -> bytes | None:
+    async def purge(self, owner: str, job_id: uuid.UUID) -> bool:
+        """Delete the job now, with its document, pages, ranges and webhook delivery (ON DELETE CASCADE):
+        a worker reading one of its pages loses its lease and writes nothing. False: no such job."""
         async with self.pool.connection() as conn:
-            row = await (
-                await conn.execute("SELECT body FROM ocr_job_documents WHERE job_id = %s", (job_id,))
-            ).fetchone()
-        return bytes(row[0]) if row else None
-
-    async def written(self, job_id: uuid.UUID, pages: list[int]) -> set[int]:
-        """Which of these pages have a result already (a reclaimed range's earlier owner wrote them)."""
-        async with self.pool.connection() as conn:
-            rows = await (
-                await conn.execute(
-                    "SELECT page FROM ocr_job_pages WHERE job_id = %s AND page = ANY(%s)", (job_id, pages)
-                )
-            ).fetchall()
-        return {r[0] for r in rows}
-
-    async def keep(self, claim: Claim, worker: str, lease_s: float) -> bool:
-        """Renew this range's lease; False when it is no longer ours (expired and reclaimed, or the job was
-        cancelled): the range's remaining pages are then not started."""
-        async with self.pool.connection() as conn:
-            cur = await conn.execute(
-                "UPDATE ocr_job_ranges SET lease_expires_at = now() + make_interval(secs => %s)"
-                " WHERE job_id = %s AND first_page = %s AND lease_owner = %s AND state = 'leased'",
-                (lease_s, claim.job_id, claim.first_page, worker),
-            )
+            cur = await conn.execute("DELETE FROM ocr_jobs WHERE id = %s AND owner = %s", (job_id, owner))
             return cur.rowcount == 1
 
-    async def write_page(
-        self, job_id: uuid.UUID, page: int, result: str | None, error: dict[str, str] | None, worker: str
-    ) -> bool:
-        """Record a page's result once; a replay (the range ran twice) changes nothing. True: written now."""
+    async def list_jobs(
+        self,
+        owner: str,
+        statuses: Sequence[str] | None,
+        limit: int,
+        before: tuple[datetime, uuid.UUID] | None,
+    ) -> list[dict[str, Any]]:
+        """The owner's jobs, newest first (created_at, then id, both descending), at most `limit`, those
+        older than `before` (the last one of the previous page) only. Index ocr_jobs_owner_created."""
+        where = [sql.SQL("owner = %s")]
+        params: list[Any] = [owner]
+        if statuses:
+            where.append(sql.SQL("status = ANY(%s)"))
+            params.append(list(statuses))
+        if before is not None:
+            where.append(sql.SQL("(created_at, id) < (%s, %s)"))
+            params += [before[0], before[1]]
+        params.append(limit)
+        query = sql.SQL(
+            "SELECT j.id, j.status, cardinality(j.pages) AS total, j.created_at, j.started_at,"
+            " j.finished_at, j.expires_at, c.done, c.failed"
+            " FROM (SELECT * FROM ocr_jobs WHERE {} ORDER BY created_at DESC, id DESC LIMIT %s) j,"
+            " LATERAL (SELECT count(*) FILTER (WHERE error IS NULL) AS done,"
+            "  count(*) FILTER (WHERE error IS NOT NULL) AS failed"
+            "  FROM ocr_job_pages p WHERE p.job_id = j.id) c"
+            " ORDER BY j.created_at DESC, j.id DESC"
+        ).format(sql.SQL(" AND ").join(where))
         async with self.pool.connection() as conn:
-            cur = await conn.execute(
-                "INSERT INTO ocr_job_pages (job_id, page, result, error, worker) VALUES (%s, %s, %s, %s, %s)"
-                " ON CONFLICT (job_id, page) DO NOTHING",
-                (job_id, page, result, Jsonb(error) if error is not None else None, worker),
-            )
-            return cur.rowcount == 1
-
-    async def finish_range(self, claim: Claim, worker: str, ttl_s: float) -> str | None:
-        """Mark the range done; when it was the job's last, the job is done (failed: no page could be read).
-        Returns the job's new status when this call finished it."""
-        async with self.pool.connection() as conn, conn.transaction():
-            # The job's row first: two workers finishing its last two ranges take turns, and the second
-            # sees the first's range done.
-            await conn.execute("SELECT 1 FROM ocr_jobs WHERE id = %s FOR UPDATE", (claim.job_id,))
-            await conn.execute(
-                "UPDATE ocr_job_ranges SET state = 'done', lease_owner = NULL, lease_expires_at = NULL"
-                " WHERE job_id = %s AND first_page = %s AND lease_owner = %s AND state = 'leased'",
-                (claim.job_id, claim.first_page, worker),
-            )
-            row = await (
-                await conn.execute(
-                    """
-                    UPDATE ocr_jobs j SET
-                        status = CASE WHEN EXISTS (
-                            SELECT 1 FROM ocr_job_pages p WHERE p.job_id = j.id AND p.error IS NULL
-                        ) THEN 'done' ELSE 'failed' END,
-                        finished_at = now(), expires_at = now() + make_interval(secs => %s)
-                    WHERE j.id = %s AND j.status IN ('queued', 'running')
-                      AND NOT EXISTS (
-                          SELECT 1 FROM ocr_job_ranges r WHERE r.job_id = j.id AND r.state <> 'done'
-                      )
-                    RETURNING j.status
-                    """,
-                    (ttl_s, claim.job_id),
-                )
-            ).fetchone()
-            if row is not None:
-                await conn.execute("DELETE FROM ocr_job_documents WHERE job_id = %s", (claim.job_id,))
-        return row[0] if row else None
-
-    async def release(self, worker: str, claim: Claim | None = None) -> int:
-        """Give leases back (draining, stopping, a transient failure): the ranges are queued again at once."""
-        sql = (
-            "UPDATE ocr_job_ranges SET state = 'queued', lease_owner = NULL, lease_expires_at = NULL"
-            " WHERE lease_owner = %s AND state = 'leased'"
-        )
-        params: tuple[object, ...] = (worker,)
-        if claim is not None:
-            sql += " AND job_id = %s AND first_page = %s"
-            params += (claim.job_id, claim.first_page)
-        async with self.pool.connection() as conn:
-            return (await conn.execute(sql, params)).rowcount
+            cur = conn.cursor(row_factory=dict_row)
+            rows = await (await cur.execute(query, params)).fetchall()
+        return [
+            {
+                "job_id": str(r["id"]),
+                "status": r["status"],
+                "pages": {"total": r["total"], "done": r["done"], "failed": r["failed"]},
+                "created_at": r["created_at"],
+                "started_at": _iso(r["started_at"]),
+                "finished_at": _iso(r["finished_at"]),
+                "expires_at": _iso(r["expires_at"]),
+            }
+            for r in rows
+        ]
 
     # --- the timer's side -----------------------------------------------------------------------------
 

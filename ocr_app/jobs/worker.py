@@ -31,7 +31,8 @@ from ..ocr.pipeline import Job, Pipeline
 from ..schemas import job_urls
 from . import webhooks
 from .deliveries import Delivery
-from .store import Claim, JobStore
+from .ranges import Claim
+from .store import JobStore
 
 log = logging.getLogger("ocr_app.jobs")
 
@@ -93,7 +94,7 @@ class JobWorker:
             t.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         with suppress(psycopg.Error):
-            released = await self.store.release(self.id)
+            released = await self.store.ranges.release(self.id)
             if released:
                 log.info("job leases released", extra={"ranges": released})
             released = await self.store.deliveries.release(self.id)
@@ -120,7 +121,7 @@ class JobWorker:
                 await asyncio.sleep(min(poll, 0.1))
                 continue
             try:
-                claim = await self.store.claim(self.id, self.settings.job_lease_s)
+                claim = await self.store.ranges.claim(self.id, self.settings.job_lease_s)
                 if claim is None:
                     self._empty_at = time.monotonic()
                     continue
@@ -144,19 +145,24 @@ class JobWorker:
                 await asyncio.sleep(poll)
 
     async def _work(self, claim: Claim) -> None:
-        body = await self.store.document(claim.job_id)
+        body = await self.store.ranges.document(claim.job_id)
         if body is None:  # cancelled (or finished) since the claim: nothing to read
             return
-        written = await self.store.written(claim.job_id, claim.pages)
+        written = await self.store.ranges.written(claim.job_id, claim.pages)
         for page in claim.pages:
             if page in written:  # the range's previous owner wrote it before it died
                 continue
-            # Renewed before each page: a range lost meanwhile (cancelled, or reclaimed) stops here.
-            if not await self.store.keep(claim, self.id, self.settings.job_lease_s):
-                return
-            if not await self._wait_for_turn():
-                await self.store.release(self.id, claim)
-                return
+            # Renewed before each page, and again after any wait for a turn: a range lost meanwhile
+            # (cancelled, purged or reclaimed) starts no page.
+            give_up = time.monotonic() + self.settings.job_lease_s / 3
+            while True:
+                if not await self.store.ranges.keep(claim, self.id, self.settings.job_lease_s):
+                    return
+                if self.may_work() and self.pipeline.admission.background_may_start():
+                    break
+                if not await self._wait_for_turn(give_up):
+                    await self.store.ranges.release(self.id, claim)
+                    return
             opts = claim.options
             job = Job(claim.content_type, [page], opts.get("preview", False), opts.get("max_tokens"))
             try:  # no await between background_may_start() and run_background counting the page
@@ -164,21 +170,20 @@ class JobWorker:
                 error = None
             except OcrError as err:
                 if isinstance(err, Unavailable):  # this instance's trouble (engine, decode pool, busy)
-                    await self.store.release(self.id, claim)
+                    await self.store.ranges.release(self.id, claim)
                     await asyncio.sleep(self.settings.job_poll_s)
                     return
                 result, error = None, {"code": err.code, "message": err.message}
-            if await self.store.write_page(claim.job_id, page, result, error, self.id):
+            if await self.store.ranges.write_page(claim.job_id, page, result, error, self.id):
                 self.metrics.job_pages.labels("ok" if error is None else "failed").inc()
-        status = await self.store.finish_range(claim, self.id, self.settings.job_result_ttl_s)
+        status = await self.store.ranges.finish_range(claim, self.id, self.settings.job_result_ttl_s)
         if status is not None:
             log.info("job finished", extra={"job_id": str(claim.job_id), "status": status})
 
-    async def _wait_for_turn(self) -> bool:
+    async def _wait_for_turn(self, give_up: float) -> bool:
         """Until a job page may start here; False when this instance stops working (drain, stop) or its
-        interactive requests kept the range waiting for a heartbeat period (job_lease_s / 3): its other pages
-        go back to the queue, for an instance with time to read them."""
-        give_up = time.monotonic() + self.settings.job_lease_s / 3
+        interactive requests kept the range waiting until `give_up` (a heartbeat period, job_lease_s / 3):
+        its other pages go back to the queue, for an instance with time to read them."""
         while not self.pipeline.admission.background_may_start():
             if not self.may_work() or time.monotonic() > give_up:
                 return False
@@ -190,7 +195,7 @@ class JobWorker:
             await asyncio.sleep(self.settings.job_lease_s / 3)
             for claim in list(self._held.values()):
                 try:
-                    await self.store.keep(claim, self.id, self.settings.job_lease_s)
+                    await self.store.ranges.keep(claim, self.id, self.settings.job_lease_s)
                 except psycopg.Error as err:
                     log.warning("job lease renewal failed: %s", err)
 

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Header, Query, Request
+from fastapi import APIRouter, Depends, Header, Query, Request, Response
 from fastapi.responses import JSONResponse, StreamingResponse
 
 from ...documents.upload import parse_page_selection
 from ...jobs.service import check_webhook_url
-from ...schemas import ErrorBody, JobCreated, JobStatus, job_urls
+from ...schemas import ErrorBody, JobCreated, JobList, JobState, JobStatus, job_urls
 from ..deps import (
     DOCUMENT_BODY,
     State,
@@ -102,6 +102,32 @@ async def submit_job(
     return JSONResponse(job_urls(str(job_id)).model_dump(), status_code=202, headers=headers)
 
 
+# At most this many jobs per page of GET /v1/jobs.
+MAX_LIST_LIMIT = 100
+
+
+@router.get(
+    "/v1/jobs",
+    response_model=JobList,
+    responses={k: v for k, v in _JOB_ERRORS.items() if k != 404},
+    summary="This key's jobs, newest first, a page at a time",
+    description="Jobs of the calling API key only (another key's are never listed), until they expire "
+    "(job_result_ttl_s after they finished) or are purged. Follow next_cursor for older ones.",
+)
+async def list_jobs(
+    state: State,
+    caller: str = Depends(require_caller),
+    status: Annotated[
+        list[JobState] | None, Query(description="only jobs in these states (repeat: any of them)")
+    ] = None,
+    limit: int = Query(20, ge=1, le=MAX_LIST_LIMIT, description="jobs per page"),
+    cursor: str | None = Query(
+        None, max_length=200, description="next_cursor of the previous page: the jobs after it"
+    ),
+) -> JobList:
+    return JobList(**await state.require_jobs().list_jobs(caller, status, limit, cursor))
+
+
 @router.get("/v1/jobs/{job_id}", response_model=JobStatus, responses=_JOB_ERRORS, summary="A job's status")
 async def job_status(job_id: str, state: State, caller: str = Depends(require_caller)) -> JobStatus:
     return JobStatus(**await state.require_jobs().status(caller, job_id))
@@ -110,11 +136,26 @@ async def job_status(job_id: str, state: State, caller: str = Depends(require_ca
 @router.delete(
     "/v1/jobs/{job_id}",
     response_model=JobStatus,
-    responses=_JOB_ERRORS,
-    summary="Cancel a job: its pages not yet started are not run",
+    responses={**_JOB_ERRORS, 204: {"description": "purged (purge=true): the job is gone"}},
+    summary="Cancel a job (its pages not yet started never run); with purge=true, delete it now",
+    description="Cancel: no page of the job starts after this returns; a page being read at that moment is "
+    "dropped (not written, not counted, not sent); the pages already read stay readable until the job "
+    "expires; the webhook, if any, is sent once (status cancelled). Cancelling a finished job changes "
+    "nothing. Returns the job's status. With purge=true: cancelled as above, then the job, its document, "
+    "its pages and its webhook delivery are deleted at once (204); the job is then 404, as an expired one.",
 )
-async def cancel_job(job_id: str, state: State, caller: str = Depends(require_caller)) -> JobStatus:
-    return JobStatus(**await state.require_jobs().cancel(caller, job_id))
+async def cancel_job(
+    job_id: str,
+    state: State,
+    caller: str = Depends(require_caller),
+    purge: bool = Query(False, description="delete the job and its results now (204) instead of at expiry"),
+) -> Response:
+    jobs = state.require_jobs()
+    if purge:
+        await jobs.purge(caller, job_id)
+        return Response(status_code=204)
+    status = JobStatus(**await jobs.cancel(caller, job_id))
+    return JSONResponse(status.model_dump())
 
 
 @router.get(
