@@ -188,3 +188,73 @@ class TooManyJobs(OcrError):
             f"this API key has {limit} jobs queued or running (max_jobs_in_flight); retry once one finishes",
             retry_after_s=10,
         )
+
+
+# --- a document by URL (a job's `url`), and where the service may connect --------------------------------
+
+
+class DocumentUrlError(OcrError):
+    """A document URL the service refuses or could not fetch; each cause its own code (ocr_app/egress.py)."""
+
+    code = "url_invalid"
+
+
+class UrlUnsupportedScheme(DocumentUrlError):
+    code = "url_unsupported_scheme"
+
+
+class UrlUnresolvable(DocumentUrlError):
+    code = "url_unresolvable"
+
+
+class UrlTooManyRedirects(DocumentUrlError):
+    code = "url_too_many_redirects"
+
+
+class UrlFetchFailed(DocumentUrlError):
+    """No document came back: no connection, TLS refused, a time-out, or an answer other than 200."""
+
+    code = "url_fetch_failed"
+
+
+class AddressRefused(DocumentUrlError):
+    """The host resolves to an address of a kind the service never connects to for a client (request
+    forgery), unless an operator allowed that host (job_url_allowed_hosts)."""
+
+    code = "url_address_refused"
+    kind: ClassVar[str] = "non-public"
+
+
+class LoopbackRefused(AddressRefused):
+    code = "url_loopback"
+    kind = "loopback"
+
+
+class PrivateRefused(AddressRefused):
+    code = "url_private"
+    kind = "private"
+
+
+class LinkLocalRefused(AddressRefused):
+    code = "url_link_local"
+    kind = "link-local"
+
+
+class UniqueLocalRefused(AddressRefused):
+    code = "url_unique_local"
+    kind = "unique-local"
+
+
+class MulticastRefused(AddressRefused):
+    code = "url_multicast"
+    kind = "multicast"
+
+
+class MetadataRefused(AddressRefused):
+    code = "url_metadata"
+    kind = "cloud metadata"
+
+
+class ReservedRefused(AddressRefused):
+    code = "url_reserved"
+    kind = "reserved or unspecified"

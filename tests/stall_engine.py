@@ -11,19 +11,27 @@ STALL_CONTROL naming a directory. On each request, recognize() looks there:
 - `wedge_after` (a number N): once the engine has read N pages (`ocr_engine_pages_total`), each further
   page waits while the file exists (page N + 1 is then in flight, and stays so).
 
-Otherwise every page reads back the self-test text at once. Everything else (settings, the CLI, the HTTP
-app, the decode pool) is the app's own: only the class behind `engine: rapidocr` is replaced, in this
-process, so nothing of it can reach a release.
+Otherwise every page reads back the self-test text at once.
+
+With env STALL_HOSTS naming a JSON file `{"name": ["address", ...]}`, names are resolved from it (read at
+each lookup; a name not in it does not resolve) instead of the system's resolver: ocr_app/egress.py's
+RESOLVER, what a document URL's or a webhook's host is looked up with. Each lookup is appended to the file
++ ".log".
+
+Everything else (settings, the CLI, the HTTP app, the decode pool) is the app's own: only the class behind
+`engine: rapidocr` and the resolver are replaced, in this process, so nothing of it can reach a release.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import sys
 import time
 from pathlib import Path
 
+import ocr_app.egress
 import ocr_app.engines.rapidocr.engine
 from ocr_app.cli import main
 from ocr_app.engines.base import SELF_TEST_TEXT, Engine, EngineLine, EnginePage
@@ -64,6 +72,24 @@ class StallEngine(Engine):
 
 # create_engine imports RapidOcrEngine from this module when it is called: it gets the stand-in.
 ocr_app.engines.rapidocr.engine.RapidOcrEngine = StallEngine  # type: ignore[misc]
+
+
+def _lookup(host: str) -> list[str]:
+    hosts = Path(os.environ["STALL_HOSTS"])
+    with open(f"{hosts}.log", "a") as log:
+        log.write(host + "\n")
+    found = json.loads(hosts.read_text()).get(host)
+    if not found:
+        raise OSError(f"{host}: not in {hosts.name}")
+    return list(found)
+
+
+async def hosts_file_resolver(host: str, port: int) -> list[str]:
+    return _lookup(host)  # a small local file: as quick as the lookup it stands for
+
+
+if os.environ.get("STALL_HOSTS"):
+    ocr_app.egress.RESOLVER = hosts_file_resolver
 
 if __name__ == "__main__":
     sys.exit(main())

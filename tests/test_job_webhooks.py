@@ -61,6 +61,7 @@ class Receiver:
 
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        self.named_url = f"http://hooks.example:{self.httpd.server_address[1]}"
         self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
         self.thread.start()
 
@@ -92,11 +93,19 @@ def hooks_srv(tmp_path_factory, postgres, receiver):
         job_range_pages=2,
         max_job_pages=5,
         max_jobs_in_flight=8,
-        job_webhook_allowed_urls=[receiver.url + "/hooks/"],
+        job_webhook_allowed_urls=[receiver.url + "/hooks/", receiver.named_url + "/hooks/"],
+        # The receiver's loopback address is opened as an operator would open an internal receiver's;
+        # hooks.example resolves to another loopback address, not opened (tests/stall_engine.py's resolver).
+        job_url_allowed_hosts=["127.0.0.1"],
         job_webhook_retry_base_s=0.05,
         job_webhook_timeout_s=5,
         job_webhook_max_attempts=4,
-    ).start(env={"STALL_CONTROL": str(tmp_path_factory.mktemp("stall-control-hooks"))})
+    )
+    hosts = tmp_path_factory.mktemp("hooks-hosts") / "hosts.json"
+    hosts.write_text(json.dumps({"hooks.example": ["127.0.0.2"]}))
+    srv.start(
+        env={"STALL_CONTROL": str(tmp_path_factory.mktemp("stall-control-hooks")), "STALL_HOSTS": str(hosts)}
+    )
     yield srv
     assert srv.stop() == 0, srv.logs()[-2000:]
 
@@ -200,6 +209,23 @@ def test_a_redirect_is_not_followed(hooks_srv, receiver):
     row = delivery(hooks_srv, job_id)
     assert row["state"] == "failed" and row["attempts"] == 1 and row["last_status"] == 307
     assert len(receiver.at("/hooks/moved")) == 1 and receiver.at("/hooks/there") == []
+
+
+def test_a_receiver_at_an_address_not_opened_is_never_connected_to(hooks_srv, receiver):
+    """Under job_webhook_allowed_urls, but its name resolves to a loopback address that
+    job_url_allowed_hosts does not open: the request-forgery guard fails the delivery, not retried."""
+    with hooks_srv.client() as c:
+        job_id = submit_ok(
+            c, doc(1, "guarded"), params={"webhook_url": receiver.named_url + "/hooks/guarded"}
+        ).json()["job_id"]
+    row = delivery(hooks_srv, job_id)
+    assert row["state"] == "failed" and row["attempts"] == 1, row
+    assert row["last_error"] == "url_loopback" and row["last_status"] is None
+    assert receiver.at("/hooks/guarded") == []
+    deadline = time.monotonic() + 30  # logged just after the row is written
+    while "127.0.0.2, a loopback address" not in hooks_srv.logs():
+        assert time.monotonic() < deadline, "the refusal was not logged"
+        time.sleep(0.05)
 
 
 def test_a_cancelled_job_is_posted_too(hooks_srv, receiver):

@@ -131,3 +131,21 @@ class JobSettings(BaseModel):
     job_webhook_timeout_s: float = Field(
         10.0, gt=0, le=300, description="Seconds per webhook attempt, connect to last byte."
     )
+    # A job's document by URL (ocr_app/jobs/fetch.py), fetched during POST /v1/jobs, and where the service
+    # connects for a client (document URLs and webhooks, ocr_app/egress.py): public addresses only, unless a
+    # host is opened here (an object store, an intranet server).
+    job_url_timeout_s: float = Field(
+        30.0,
+        gt=0,
+        le=600,
+        description="Seconds to fetch a job's document by URL, redirects included (the submit waits for it).",
+    )
+    job_url_max_redirects: int = Field(
+        5, ge=0, le=20, description="Redirects followed when fetching a job's document by URL."
+    )
+    job_url_allowed_hosts: list[str] = Field(
+        default_factory=list,
+        max_length=100,
+        description="Hosts the service may reach for a client although not public (document URLs, "
+        "webhooks): host names (exact) or IP networks (10.0.5.0/24, fd00::/8); none: public addresses only.",
+    )

@@ -17,6 +17,7 @@ from pydantic_settings import (
     YamlConfigSettingsSource,
 )
 
+from ..egress import allowed_host_entry
 from ..urls import prefix_problem  # httpx's parser: the one that sends the webhooks
 from .base import VLLM_PAGE_TOKENS, ConfigError
 from .engine import EngineSettings
@@ -83,6 +84,9 @@ class Settings(
         problems = [p for p in map(prefix_problem, self.job_webhook_allowed_urls) if p is not None]
         if problems:
             raise ValueError("job_webhook_allowed_urls: " + "; ".join(problems))
+        hosts = [h for h in self.job_url_allowed_hosts if not allowed_host_entry(h)]
+        if hosts:
+            raise ValueError(f"job_url_allowed_hosts: not a host name or an IP network: {hosts}")
         return self
 
     @classmethod

@@ -4,6 +4,7 @@ body (its media type, its declared and actual length, and the client's leaving w
 from __future__ import annotations
 
 import asyncio
+import json
 from types import TracebackType
 from typing import Annotated, Any
 
@@ -14,6 +15,7 @@ from starlette.requests import ClientDisconnect
 from ..documents.upload import MULTIPART_TYPE, SUPPORTED_TYPES, normalise_media_type
 from ..errors import ClientGone, InvalidParameter, PayloadTooLarge, Unauthorized, UnsupportedMediaType
 from ..ocr.pipeline import CLIENT_GONE
+from ..urls import MAX_URL_LENGTH
 from .state import AppState
 
 
@@ -75,6 +77,48 @@ DOCUMENT_BODY: dict[str, Any] = {
         },
     }
 }
+
+
+JSON_TYPE = "application/json"
+# The largest JSON body of POST /v1/jobs: {"url": ...} and nothing else.
+MAX_URL_BODY = 16 * 1024
+
+# POST /v1/jobs takes the same, or a document by URL.
+JOB_DOCUMENT_BODY: dict[str, Any] = {
+    "requestBody": {
+        "required": True,
+        "content": {
+            **DOCUMENT_BODY["requestBody"]["content"],
+            JSON_TYPE: {
+                "schema": {
+                    "type": "object",
+                    "properties": {"url": {"type": "string", "format": "uri", "maxLength": MAX_URL_LENGTH}},
+                    "required": ["url"],
+                    "additionalProperties": False,
+                }
+            },
+        },
+    }
+}
+
+
+async def read_document_url(request: Request) -> str:
+    """The `url` of a JSON body `{"url": ...}`: that and nothing else (not a document beside it)."""
+    body = await read_body(request, MAX_URL_BODY)
+    try:
+        data = json.loads(body)
+    except ValueError:
+        raise InvalidParameter('a JSON body must be {"url": "https://..."}: it is not JSON') from None
+    if not isinstance(data, dict) or not isinstance(data.get("url"), str):
+        raise InvalidParameter('a JSON body must be {"url": "https://..."} with the document\'s URL')
+    if set(data) != {"url"}:
+        extra = ", ".join(sorted(k for k in data if k != "url"))
+        raise InvalidParameter(
+            f"a JSON body holds the document's url and nothing else (not {extra}): send the document "
+            "as the body, or its url, not both; options are query parameters"
+        )
+    url: str = data["url"]
+    return url
 
 
 def check_media_type(content_type: str) -> None:

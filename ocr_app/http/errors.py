@@ -14,6 +14,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from ..errors import (
     ClientGone,
+    DocumentUrlError,
     IdempotencyConflict,
     InvalidDocument,
     InvalidParameter,
@@ -36,6 +37,7 @@ STATUS: dict[type[OcrError], int] = {
     OcrError: 500,
     InvalidDocument: 400,
     InvalidWebhook: 400,
+    DocumentUrlError: 400,
     Unauthorized: 401,
     JobNotFound: 404,
     IdempotencyConflict: 409,

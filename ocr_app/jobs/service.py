@@ -21,10 +21,18 @@ import psycopg
 from .. import urls
 from ..config import Settings
 from ..documents.decode import DecodeRequest
-from ..errors import InvalidParameter, InvalidWebhook, JobNotFinished, JobNotFound, TooManyPages
+from ..egress import Policy
+from ..errors import (
+    IdempotencyConflict,
+    InvalidParameter,
+    InvalidWebhook,
+    JobNotFinished,
+    JobNotFound,
+    TooManyPages,
+)
 from ..metrics import Metrics
 from ..ocr.pipeline import Pipeline
-from . import events
+from . import events, fetch
 from .store import FINISHED, JobStore, unavailable
 from .worker import JobWorker, SecretOf
 
@@ -53,6 +61,20 @@ def check_webhook_url(url: str | None, allowed: list[str]) -> None:
             "webhook_url must be an http(s) URL without user info under one of the server's "
             "job_webhook_allowed_urls"
         )
+
+
+def _fingerprint(
+    document: dict[str, str],
+    selection: list[int] | None,
+    preview: bool,
+    max_tokens: int | None,
+    webhook_url: str | None,
+) -> str:
+    """What an Idempotency-Key compares: the document (its bytes' digest, or its URL) and the options. The
+    webhook is part of what was asked for; without one the fingerprint is as before webhooks."""
+    hook = {"webhook_url": webhook_url} if webhook_url is not None else {}
+    what = {**document, "pages": selection, "preview": preview, "max_tokens": max_tokens, **hook}
+    return hashlib.sha256(json.dumps(what, sort_keys=True).encode()).hexdigest()
 
 
 def _encode_cursor(created_at: datetime, job_id: str) -> str:
@@ -100,7 +122,11 @@ class Jobs:
         self.store = JobStore(
             settings.database_url, max_connections=4 + min(2 * settings.max_concurrency, 12)
         )
-        self.worker = JobWorker(settings, self.store, pipeline, metrics, may_work, webhook_secret)
+        # Where the service may connect for a client: document URLs and webhooks (ocr_app/egress.py).
+        self.egress = Policy.of(settings.job_url_allowed_hosts)
+        self.worker = JobWorker(
+            settings, self.store, pipeline, metrics, may_work, webhook_secret, self.egress
+        )
 
     async def start(self) -> None:
         await self.store.open()
@@ -115,6 +141,43 @@ class Jobs:
         if refusal is not None:
             raise refusal
 
+    async def submit_url(
+        self,
+        owner: str,
+        idempotency_key: str | None,
+        url: str,
+        selection: list[int] | None,
+        preview: bool,
+        max_tokens: int | None,
+        webhook_url: str | None = None,
+    ) -> tuple[uuid.UUID, bool]:
+        """A job of the document at `url`, fetched now. The Idempotency-Key covers the URL (and the options):
+        the same key and URL return the job made before without fetching again."""
+        s = self.settings
+        fetch.check_url(url)
+        fingerprint = _fingerprint({"url": url}, selection, preview, max_tokens, webhook_url)
+        if idempotency_key is not None:
+            with _database():
+                found = await self.store.idempotent(owner, idempotency_key)
+            if found is not None:
+                if found[1] != fingerprint:
+                    raise IdempotencyConflict()
+                return found[0], False
+        body, content_type = await fetch.fetch(
+            url, s.max_job_bytes, s.job_url_timeout_s, s.job_url_max_redirects, self.egress
+        )
+        return await self.submit(
+            owner,
+            idempotency_key,
+            body,
+            content_type,
+            selection,
+            preview,
+            max_tokens,
+            webhook_url,
+            fingerprint,
+        )
+
     async def submit(
         self,
         owner: str,
@@ -125,7 +188,10 @@ class Jobs:
         preview: bool,
         max_tokens: int | None,
         webhook_url: str | None = None,
+        fingerprint: str | None = None,
     ) -> tuple[uuid.UUID, bool]:
+        """A job of this document; `fingerprint`: what Idempotency-Key compares, when not the document's
+        bytes (a document by URL: its URL)."""
         s = self.settings
         bound = selection[-1] if selection else s.max_job_pages + 1
         count, digest = await self.pipeline.decode_pool.count_pages(
@@ -138,11 +204,8 @@ class Jobs:
         elif selection[-1] > count:
             raise InvalidParameter(f"page {selection[-1]} is out of range: the document has {count} page(s)")
         options = {"preview": preview, "max_tokens": max_tokens}
-        # The webhook is part of what was asked for; without one the fingerprint is as before webhooks.
-        hook = {"webhook_url": webhook_url} if webhook_url is not None else {}
-        fingerprint = hashlib.sha256(
-            json.dumps({"document": digest, "pages": selection, **options, **hook}, sort_keys=True).encode()
-        ).hexdigest()
+        if fingerprint is None:
+            fingerprint = _fingerprint({"document": digest}, selection, preview, max_tokens, webhook_url)
         with _database():
             job_id, created = await self.store.create(
                 owner,

@@ -143,6 +143,17 @@ class JobStore:
                 )
         return job_id, True
 
+    async def idempotent(self, owner: str, idempotency_key: str) -> tuple[uuid.UUID, str] | None:
+        """The job this key already made, with its fingerprint (create checks again, in its transaction)."""
+        async with self.pool.connection() as conn:
+            row = await (
+                await conn.execute(
+                    "SELECT id, fingerprint FROM ocr_jobs WHERE owner = %s AND idempotency_key = %s",
+                    (owner, idempotency_key),
+                )
+            ).fetchone()
+        return (row[0], row[1]) if row else None
+
     async def status(self, owner: str, job_id: uuid.UUID) -> dict[str, Any] | None:
         """The job as GET /v1/jobs/{id} shows it, or None (no such job, or another key's)."""
         async with self.pool.connection() as conn:

@@ -25,7 +25,8 @@ import psycopg
 
 from .. import urls
 from ..config import Settings
-from ..errors import OcrError, Unavailable
+from ..egress import Policy, guarded_client
+from ..errors import AddressRefused, OcrError, Unavailable, UrlUnresolvable
 from ..metrics import Metrics
 from ..ocr.pipeline import Job, Pipeline
 from ..schemas import job_urls
@@ -52,8 +53,10 @@ class JobWorker:
         metrics: Metrics,
         may_work: Callable[[], bool],
         webhook_secret: SecretOf,
+        egress: Policy,
     ):
         self.settings = settings
+        self.egress = egress  # where a webhook may be delivered (ocr_app/egress.py)
         self.store = store
         self.pipeline = pipeline
         self.metrics = metrics
@@ -73,10 +76,9 @@ class JobWorker:
 
     def start(self) -> None:
         # Redirects are never followed (a receiver could point the app anywhere); no proxy from the
-        # environment (a receiver is reached directly, as the allow-list says).
-        self._http = httpx.AsyncClient(
-            follow_redirects=False, trust_env=False, timeout=self.settings.job_webhook_timeout_s
-        )
+        # environment (a receiver is reached directly, as the allow-list says); every connection through the
+        # request-forgery guard, as a document URL's.
+        self._http = guarded_client(self.egress, self.settings.job_webhook_timeout_s)
         self._tasks = [asyncio.create_task(self._timer(), name="jobs-timer")]
         self._tasks.append(asyncio.create_task(self._heartbeat(), name="jobs-heartbeat"))
         self._tasks += [
@@ -274,8 +276,10 @@ class JobWorker:
             outcome = webhooks.classify(code)
         except TimeoutError:
             outcome, error = "retry", "timeout"
-        except (httpx.HTTPError, httpx.InvalidURL, OSError) as err:
-            outcome, error = "retry", type(err).__name__
+        except AddressRefused as err:  # the receiver's name resolves where the service never connects
+            return await self._webhook_failed(d, None, err.message, ctx, err.code)
+        except (httpx.HTTPError, httpx.InvalidURL, OSError, UrlUnresolvable) as err:
+            outcome, error = "retry", getattr(err, "code", None) or type(err).__name__
         ctx["http_status"] = code
         if outcome == "delivered":
             await self.store.deliveries.done(d, "delivered", code, None)

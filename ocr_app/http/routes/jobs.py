@@ -7,16 +7,18 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, Header, Query, Request, Response
 from fastapi.responses import JSONResponse, StreamingResponse
 
-from ...documents.upload import parse_page_selection
+from ...documents.upload import normalise_media_type, parse_page_selection
 from ...jobs.service import check_webhook_url
 from ...schemas import ErrorBody, JobCreated, JobList, JobState, JobStatus, job_urls
 from ..deps import (
-    DOCUMENT_BODY,
+    JOB_DOCUMENT_BODY,
+    JSON_TYPE,
     State,
     check_declared_length,
     check_max_tokens,
     check_media_type,
     read_body,
+    read_document_url,
     require_caller,
 )
 from ..errors import ERROR_RESPONSES
@@ -36,7 +38,10 @@ _SUBMIT_ERRORS: dict[int | str, dict[str, Any]] = {
     400: {
         "model": ErrorBody,
         "description": "invalid_image: undecodable or truncated document; "
-        "invalid_webhook: webhook_url not under job_webhook_allowed_urls",
+        "invalid_webhook: webhook_url not under job_webhook_allowed_urls; a document by URL refused or "
+        "not fetched: url_unsupported_scheme, url_invalid, url_unresolvable, url_loopback, url_private, "
+        "url_link_local, url_unique_local, url_multicast, url_metadata, url_reserved, "
+        "url_too_many_redirects, url_fetch_failed",
     },
     409: {"model": ErrorBody, "description": "idempotency_conflict: the key was used for another document"},
     429: {
@@ -52,10 +57,14 @@ _SUBMIT_ERRORS: dict[int | str, dict[str, Any]] = {
     status_code=202,
     response_model=JobCreated,
     responses=_SUBMIT_ERRORS,
-    openapi_extra=DOCUMENT_BODY,
+    openapi_extra=JOB_DOCUMENT_BODY,
     summary="Submit a document as a bulk job (read page by page by the whole fleet)",
-    description="The job is read by every instance; follow it at status_url or events_url, fetch its "
-    "pages at result_url. With webhook_url (see the parameter: what is sent, how it is signed), "
+    description="The body is the document (raw, or multipart with a 'file' field), or JSON "
+    '`{"url": "https://..."}`: the document is then fetched during this request (max_job_bytes, '
+    "job_url_timeout_s, job_url_max_redirects; public addresses only, unless job_url_allowed_hosts opens "
+    "a host; the Idempotency-Key covers the URL). The job is read by every instance; follow it at "
+    "status_url or events_url, fetch its pages at result_url. With webhook_url (see the parameter: what "
+    "is sent, how it is signed), "
     "`ocr_app.jobs.webhooks.verify` checks a delivery's signature. Unsigned when the server runs without "
     "API keys and job_webhook_secret is unset.",
 )
@@ -88,16 +97,24 @@ async def submit_job(
     s = state.settings
     jobs = state.require_jobs()
     content_type = request.headers.get("content-type", "")
-    check_media_type(content_type)
+    by_url = normalise_media_type(content_type) == JSON_TYPE
+    if not by_url:
+        check_media_type(content_type)
     check_webhook_url(webhook_url, s.job_webhook_allowed_urls)
     selection = parse_page_selection(pages, s.max_job_pages)
     check_max_tokens(max_tokens, s.vllm_max_tokens_cap)
-    check_declared_length(request, s.max_job_bytes)
-    body = await read_body(request, s.max_job_bytes)
-    request.state.bytes = len(body)
-    job_id, created = await jobs.submit(
-        caller, idempotency_key, body, content_type, selection, preview, max_tokens, webhook_url
-    )
+    if by_url:
+        url = await read_document_url(request)
+        job_id, created = await jobs.submit_url(
+            caller, idempotency_key, url, selection, preview, max_tokens, webhook_url
+        )
+    else:
+        check_declared_length(request, s.max_job_bytes)
+        body = await read_body(request, s.max_job_bytes)
+        request.state.bytes = len(body)
+        job_id, created = await jobs.submit(
+            caller, idempotency_key, body, content_type, selection, preview, max_tokens, webhook_url
+        )
     headers = {"Location": f"/v1/jobs/{job_id}"} | ({} if created else {"Idempotent-Replayed": "true"})
     return JSONResponse(job_urls(str(job_id)).model_dump(), status_code=202, headers=headers)
 

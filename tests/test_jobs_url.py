@@ -1,0 +1,310 @@
+"""A job's document by URL (`POST /v1/jobs` with `{"url": ...}`) and the request-forgery guard
+(ocr_app/egress.py), through the real app over HTTP (`make test-app`).
+
+Names are resolved by a resolver the test controls (tests/stall_engine.py, STALL_HOSTS): a JSON file of
+name -> addresses. Documents come from an HTTP server of this test on 127.0.0.1; every other address named
+here is refused before any connection, so no packet leaves loopback. The server opens one host,
+`docs.internal` (job_url_allowed_hosts), which the system's resolver does not know: a fetch from it works
+only if the connection goes to the address the guard checked, with no second lookup.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import httpx
+import pytest
+
+from ocr_app.egress import refusal
+from ocr_app.errors import (
+    LinkLocalRefused,
+    LoopbackRefused,
+    MetadataRefused,
+    MulticastRefused,
+    PrivateRefused,
+    ReservedRefused,
+    UniqueLocalRefused,
+)
+
+from .test_errors import assert_error
+from .test_jobs import PDF_TYPE, StallServer, doc, make_server, wait_status
+
+MAX_JOB_BYTES = 200_000
+MAX_REDIRECTS = 2
+
+
+class Documents:
+    """/doc.pdf, /big (Content-Length over the limit), /drip-big (chunked, over it), /text, /missing,
+    /to?url=U (a 302 to U), /hops/N (N redirects, then /doc.pdf). Counts the GETs of each path."""
+
+    def __init__(self, pdf: bytes):
+        self.pdf = pdf
+        self.gets: dict[str, int] = {}
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                path, _, query = self.path.partition("?")
+                outer.gets[path] = outer.gets.get(path, 0) + 1
+                if path == "/doc.pdf":
+                    self._send(200, outer.pdf, PDF_TYPE)
+                elif path == "/big":
+                    self._send(200, b"%PDF-" + b"x" * MAX_JOB_BYTES, PDF_TYPE)
+                elif path == "/drip-big":
+                    self.send_response(200)
+                    self.send_header("Content-Type", PDF_TYPE)
+                    self.send_header("Transfer-Encoding", "chunked")
+                    self.end_headers()
+                    chunk = b"x" * 65536
+                    for _ in range(MAX_JOB_BYTES // len(chunk) + 2):
+                        self.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+                    self.wfile.write(b"0\r\n\r\n")
+                elif path == "/text":
+                    self._send(200, b"just words", "text/plain")
+                elif path == "/to":
+                    self._redirect(query.removeprefix("url="))
+                elif path.startswith("/hops/"):
+                    n = int(path.rsplit("/", 1)[1])
+                    self._redirect(f"/hops/{n - 1}" if n > 1 else "/doc.pdf")
+                else:
+                    self._send(404, b"no", "text/plain")
+
+            def _send(self, code: int, body: bytes, media_type: str) -> None:
+                self.send_response(code)
+                self.send_header("Content-Type", media_type)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def _redirect(self, location: str) -> None:
+                self.send_response(302)
+                self.send_header("Location", location)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, *args) -> None:
+                pass
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.port = self.httpd.server_address[1]
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+
+# Names the resolver answers, and the refusal each must meet (the test's own reading of RFC 6890 & co).
+REFUSED_NAMES = {
+    "loop.example": (["127.0.0.1"], "url_loopback"),
+    "loop6.example": (["::1"], "url_loopback"),
+    "private.example": (["10.1.2.3"], "url_private"),
+    "private172.example": (["172.16.9.9"], "url_private"),
+    "private192.example": (["192.168.1.1"], "url_private"),
+    "link.example": (["169.254.10.1"], "url_link_local"),
+    "link6.example": (["fe80::1"], "url_link_local"),
+    "ula.example": (["fd12:3456::1"], "url_unique_local"),
+    "mcast.example": (["224.0.0.1"], "url_multicast"),
+    "mcast6.example": (["ff02::1"], "url_multicast"),
+    "metadata.example": (["169.254.169.254"], "url_metadata"),
+    "metadata6.example": (["fd00:ec2::254"], "url_metadata"),
+    "mapped.example": (["::ffff:127.0.0.1"], "url_loopback"),
+    "mapped-private.example": (["::ffff:10.0.0.1"], "url_private"),
+    "compat.example": (["::7f00:1"], "url_loopback"),
+    "nat64.example": (["64:ff9b::a9fe:a9fe"], "url_metadata"),
+    "sixtofour.example": (["2002:c0a8:0101::1"], "url_private"),
+    "zero.example": (["0.0.0.0"], "url_reserved"),  # noqa: S104 - an address to refuse
+    "shared.example": (["100.64.0.1"], "url_reserved"),
+    # One public address and one loopback: every address must pass.
+    "mixed.example": (["93.184.215.14", "127.0.0.1"], "url_loopback"),
+}
+# IP literals in the URL, as the resolver would read them.
+REFUSED_LITERALS = {
+    "127.0.0.1": "url_loopback",
+    "[::1]": "url_loopback",
+    "2130706433": "url_loopback",
+    "0x7f.1": "url_loopback",
+    "0177.0.0.1": "url_invalid",  # httpx's parser refuses an octal IPv4 host: never sent anywhere
+    "[::ffff:127.0.0.1]": "url_loopback",
+    "[::ffff:a9fe:a9fe]": "url_metadata",
+    "169.254.169.254": "url_metadata",
+    "10.0.0.1": "url_private",
+    "[fc00::1]": "url_unique_local",
+    "224.1.1.1": "url_multicast",
+}
+
+
+@pytest.fixture(scope="module")
+def docs():
+    d = Documents(doc(2, "url"))
+    yield d
+    d.httpd.shutdown()
+
+
+@pytest.fixture(scope="module")
+def srv(tmp_path_factory, postgres, docs):
+    hosts = tmp_path_factory.mktemp("hosts") / "hosts.json"
+    names = {name: addresses for name, (addresses, _) in REFUSED_NAMES.items()}
+    hosts.write_text(json.dumps({**names, "docs.internal": ["127.0.0.1"]}))
+    s = make_server(
+        StallServer,
+        tmp_path_factory,
+        postgres,
+        "jobs_url",
+        engine="rapidocr",
+        max_job_bytes=MAX_JOB_BYTES,
+        job_url_max_redirects=MAX_REDIRECTS,
+        job_url_allowed_hosts=["docs.internal"],
+        max_jobs_in_flight=50,
+    )
+    control = tmp_path_factory.mktemp("url-control")
+    s.hosts = hosts
+    s.start(env={"STALL_CONTROL": str(control), "STALL_HOSTS": str(hosts)})
+    yield s
+    assert s.stop() == 0, s.logs()[-2000:]
+
+
+def by_url(c: httpx.Client, url: str, **kw) -> httpx.Response:
+    return c.post("/v1/jobs", json={"url": url}, **kw)
+
+
+def test_an_allowed_internal_host_is_fetched_and_read(srv, docs):
+    url = f"http://docs.internal:{docs.port}/doc.pdf"
+    with srv.client() as c:
+        r = by_url(c, url)
+        assert r.status_code == 202, r.text
+        job_id = r.json()["job_id"]
+        done = wait_status(c, job_id, lambda s: s["status"] == "done")
+        assert done["pages"] == {"total": 2, "done": 2, "failed": 0}
+        pages = c.get(f"/v1/jobs/{job_id}/result").json()["pages"]
+    assert pages == srv.ocr(docs.pdf, PDF_TYPE).json()["pages"]
+    # Resolved once per connection, by the resolver the guard asked.
+    assert srv.hosts.with_suffix(".json.log").read_text().splitlines().count("docs.internal") == 1
+
+
+def test_the_idempotency_key_covers_the_url_and_fetches_once(srv, docs):
+    url = f"http://docs.internal:{docs.port}/doc.pdf"
+    before = docs.gets.get("/doc.pdf", 0)
+    with srv.client() as c:
+        first = by_url(c, url, headers={"Idempotency-Key": "by-url-1"})
+        again = by_url(c, url, headers={"Idempotency-Key": "by-url-1"})
+        assert first.status_code == again.status_code == 202, first.text
+        assert (
+            again.json()["job_id"] == first.json()["job_id"]
+            and again.headers["Idempotent-Replayed"] == "true"
+        )
+        assert docs.gets["/doc.pdf"] == before + 1  # the replay did not fetch again
+        other = by_url(c, url + "?v=2", headers={"Idempotency-Key": "by-url-1"})
+        assert_error(other, 409, "idempotency_conflict")
+        # The same key for the same document uploaded: another request than the URL's.
+        upload = c.post(
+            "/v1/jobs", content=docs.pdf, headers={"Content-Type": PDF_TYPE, "Idempotency-Key": "by-url-1"}
+        )
+        assert_error(upload, 409, "idempotency_conflict")
+
+
+@pytest.mark.parametrize("name", sorted(REFUSED_NAMES))
+def test_a_name_resolving_to_a_refused_address_is_a_400(srv, docs, name):
+    code = REFUSED_NAMES[name][1]
+    with srv.client() as c:
+        err = assert_error(by_url(c, f"http://{name}:{docs.port}/doc.pdf"), 400, code)
+    assert name in err["message"] and "job_url_allowed_hosts" in err["message"]
+
+
+@pytest.mark.parametrize("host", sorted(REFUSED_LITERALS))
+def test_an_address_in_the_url_is_judged_as_the_address_it_stands_for(srv, docs, host):
+    with srv.client() as c:
+        assert_error(by_url(c, f"http://{host}:{docs.port}/doc.pdf"), 400, REFUSED_LITERALS[host])
+
+
+def test_every_redirect_is_checked_again(srv, docs):
+    base = f"http://docs.internal:{docs.port}"
+    before = docs.gets.get("/doc.pdf", 0)
+    with srv.client() as c:
+        for target, code in [
+            (f"http://127.0.0.1:{docs.port}/doc.pdf", "url_loopback"),
+            (f"http://loop.example:{docs.port}/doc.pdf", "url_loopback"),
+            ("http://169.254.169.254/latest/meta-data/", "url_metadata"),
+            ("file:///etc/passwd", "url_unsupported_scheme"),
+        ]:
+            assert_error(by_url(c, f"{base}/to?url={target}"), 400, code)
+        assert docs.gets.get("/doc.pdf", 0) == before  # none of them reached the document
+        # job_url_max_redirects (2): at the limit, fetched; one past it, refused.
+        assert by_url(c, f"{base}/hops/{MAX_REDIRECTS}").status_code == 202
+        assert_error(by_url(c, f"{base}/hops/{MAX_REDIRECTS + 1}"), 400, "url_too_many_redirects")
+
+
+def test_what_cannot_be_fetched_says_why(srv, docs):
+    base = f"http://docs.internal:{docs.port}"
+    with srv.client() as c:
+        assert_error(by_url(c, f"{base}/big"), 413, "payload_too_large")  # as an upload over max_job_bytes
+        assert_error(by_url(c, f"{base}/drip-big"), 413, "payload_too_large")  # no Content-Length
+        assert_error(by_url(c, f"{base}/missing"), 400, "url_fetch_failed")
+        assert_error(by_url(c, f"{base}/text"), 415, "unsupported_media_type")
+        assert_error(by_url(c, f"http://nowhere.example:{docs.port}/"), 400, "url_unresolvable")
+        for bad in (
+            "ftp://docs.internal/doc.pdf",
+            "file:///etc/passwd",
+            "gopher://x/",
+            "docs.internal/doc.pdf",
+        ):
+            assert_error(by_url(c, bad), 400, "url_unsupported_scheme")
+        assert_error(by_url(c, f"http://user:pw@docs.internal:{docs.port}/doc.pdf"), 400, "url_invalid")
+
+
+def test_a_url_and_a_body_together_and_bad_json_are_422(srv, docs):
+    url = f"http://docs.internal:{docs.port}/doc.pdf"
+    with srv.client() as c:
+        for body in (
+            {"url": url, "file": "JVBERi0="},
+            {"url": 7},
+            {"uri": url},
+            [url],
+        ):
+            assert_error(c.post("/v1/jobs", json=body), 422, "invalid_parameter")
+        assert_error(
+            c.post("/v1/jobs", content=b"{not json", headers={"Content-Type": "application/json"}),
+            422,
+            "invalid_parameter",
+        )
+        big = json.dumps({"url": url + "?" + "a" * 20_000}).encode()
+        assert_error(
+            c.post("/v1/jobs", content=big, headers={"Content-Type": "application/json"}),
+            413,
+            "payload_too_large",
+        )
+
+
+@pytest.mark.parametrize(
+    ("address", "refused"),
+    [
+        ("8.8.8.8", None),
+        ("2001:4860:4860::8888", None),
+        ("127.0.0.2", LoopbackRefused),
+        ("::1", LoopbackRefused),
+        ("10.255.255.255", PrivateRefused),
+        ("172.31.0.1", PrivateRefused),
+        ("172.32.0.1", None),  # one past 172.16.0.0/12
+        ("192.168.0.1", PrivateRefused),
+        ("169.254.0.1", LinkLocalRefused),
+        ("fe80::1", LinkLocalRefused),
+        ("fc00::", UniqueLocalRefused),
+        ("fdff:ffff:ffff:ffff:ffff:ffff:ffff:ffff", UniqueLocalRefused),
+        ("fe00::", ReservedRefused),  # one past fc00::/7: not global either
+        ("239.255.255.255", MulticastRefused),
+        ("ff0e::1", MulticastRefused),
+        ("169.254.169.254", MetadataRefused),
+        ("100.100.100.200", MetadataRefused),
+        ("::ffff:169.254.169.254", MetadataRefused),
+        ("::ffff:8.8.8.8", None),
+        ("::8.8.8.8", None),  # compatible form of a public address
+        ("::127.0.0.1", LoopbackRefused),
+        ("0.0.0.0", ReservedRefused),  # noqa: S104 - an address to refuse
+        ("::", ReservedRefused),
+        ("100.127.255.255", ReservedRefused),  # shared address space
+        ("100.128.0.0", None),  # one past it
+        ("198.51.100.7", PrivateRefused),  # documentation (ipaddress counts it private)
+        ("255.255.255.255", ReservedRefused),
+    ],
+)
+def test_each_kind_of_address(address, refused):
+    assert refusal(ipaddress.ip_address(address)) is refused
