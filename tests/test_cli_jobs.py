@@ -535,3 +535,26 @@ def test_a_certificate_not_trusted_names_cacert(tmp_path):
         server.close()
     assert r.returncode == 1 and "CERTIFICATE_VERIFY_FAILED" in r.stderr
     assert "pass --cacert FILE (or set OCR_APP_CA_FILE)" in r.stderr
+
+
+def test_a_url_is_sent_for_the_server_to_fetch():
+    """An http(s) argument is not read here: POST /v1/jobs carries {"url": ...} as JSON."""
+    import argparse
+
+    import httpx
+
+    from ocr_app.fleet.submission import gather, post
+
+    docs, skipped, many = gather(["https://example.org/scans/a.pdf"])
+    assert (skipped, many, docs[0].name) == ([], False, "example.org_scans_a.pdf")
+    sent: list[httpx.Request] = []
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        sent.append(request)
+        return httpx.Response(202, json={"job_id": "j"})
+
+    args = argparse.Namespace(idempotency_key=None, pages="1-2", webhook_url=None)
+    with httpx.Client(base_url="http://ocr", transport=httpx.MockTransport(answer)) as client:
+        assert post(client, docs[0], args).status_code == 202
+    assert sent[0].headers["content-type"] == "application/json" and sent[0].url.params["pages"] == "1-2"
+    assert json.loads(sent[0].content) == {"url": "https://example.org/scans/a.pdf"}
