@@ -211,7 +211,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
 
 def cmd_jobs(args: argparse.Namespace) -> int:
-    """Bulk jobs through a running service: submit (and follow), status, result, cancel (fleet.jobclient)."""
+    """Bulk jobs through a running service: submit (and follow), status, result, cancel, list, wait."""
     from .fleet import jobclient
 
     return jobclient.run(args, _client)
@@ -288,7 +288,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--manifest", "-m", help="also write DIR's manifest (as `ocr-app manifest DIR -o`) here")
     s.set_defaults(func=cmd_rapidocr_models)
 
-    def client_options(sp: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    def client_options(sp: argparse.ArgumentParser, timeout: bool = True) -> argparse.ArgumentParser:
         sp.add_argument(
             "--url",
             default=os.environ.get("OCR_APP_URL", "http://127.0.0.1:8000"),
@@ -302,7 +302,10 @@ def build_parser() -> argparse.ArgumentParser:
             help="CA bundle to verify the server's certificate, e.g. a private CA (env OCR_APP_CA_FILE)",
         )
         sp.add_argument("--insecure", action="store_true", help="do not verify TLS certificates")
-        sp.add_argument("--timeout", type=float, default=120.0)
+        if timeout:
+            sp.add_argument("--timeout", type=float, default=120.0, help="seconds per request (120)")
+        else:
+            sp.set_defaults(timeout=120.0)
         return sp
 
     s = client_options(sub.add_parser("ocr", help="OCR a file through a running service"))
@@ -334,7 +337,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     jobs = sub.add_parser(
         "jobs",
-        help="bulk jobs through a running service: submit [--follow], status, result, cancel",
+        help="bulk jobs through a running service: submit [--follow], status, result, cancel, list, wait",
         description="Bulk jobs (/v1/jobs) through a running service. Pages are written as JSON Lines, one "
         "page per line in page order (a page not read: {page, error}). Exit 0: the job is done with every "
         "page read; 1: the server's error (its message and request id) or the network's, or a job that "
@@ -343,7 +346,12 @@ def build_parser() -> argparse.ArgumentParser:
     jsub = jobs.add_subparsers(dest="jobs_cmd", required=True)
 
     def following(sp: argparse.ArgumentParser) -> argparse.ArgumentParser:
-        sp.add_argument("--output", "-o", help="write the pages (JSON Lines) here instead of stdout")
+        sp.add_argument(
+            "--output",
+            "-o",
+            help="write the pages (JSON Lines) here instead of stdout; several documents with --follow: a "
+            "directory, one DIR/<path>.jsonl each",
+        )
         sp.add_argument(
             "--retries",
             type=int,
@@ -356,11 +364,15 @@ def build_parser() -> argparse.ArgumentParser:
         client_options(
             jsub.add_parser(
                 "submit",
-                help="submit FILE as a job; prints its id (with --follow: writes its pages as they are read)",
+                help="submit documents as jobs; prints each one's id (with --follow: writes their pages)",
+                description="Submit each document as a job: files, folders (walked recursively; what is not "
+                "a document of an accepted type is skipped, listed on stderr), - (stdin) and http(s) URLs "
+                "(the server fetches them). Prints the job's id; for several documents one `JOB_ID<TAB>"
+                "SOURCE` line each. Within the key's max_jobs_in_flight: the rest wait for a job to finish.",
             )
         )
     )
-    s.add_argument("file")
+    s.add_argument("files", nargs="+", metavar="FILE", help="a file, a folder, - (stdin) or an http(s) URL")
     s.add_argument("--pages", help="PDF/TIFF pages, e.g. 1-3,7")
     s.add_argument("--idempotency-key", help="the same key and document return the same job, not a new one")
     s.add_argument(
@@ -384,6 +396,24 @@ def build_parser() -> argparse.ArgumentParser:
     )
     s = client_options(jsub.add_parser("cancel", help="cancel a job: its pages not yet started are not run"))
     s.add_argument("job_id")
+    s = client_options(jsub.add_parser("list", help="this key's jobs, newest first: a table, or --json"))
+    s.add_argument(
+        "--status",
+        action="append",
+        choices=("queued", "running", "done", "failed", "cancelled"),
+        help="repeatable",
+    )
+    s.add_argument("--limit", type=int, default=20, help="jobs per page, 1 to 100 (20)")
+    s.add_argument("--all", action="store_true", help="every page of them (follows next_cursor)")
+    s.add_argument("--json", action="store_true", help="as the API's JSON")
+    s = client_options(
+        jsub.add_parser(
+            "wait", help="until each job is finished; exit 0 when all are done with every page read"
+        ),
+        timeout=False,
+    )
+    s.add_argument("job_ids", nargs="+", metavar="JOB")
+    s.add_argument("--timeout", dest="timeout_s", type=float, help="give up after this many seconds (exit 1)")
     jobs.set_defaults(func=cmd_jobs)
 
     db = sub.add_parser("db", help="the job database's schema (database_url)")

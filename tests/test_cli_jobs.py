@@ -12,6 +12,7 @@ import json
 import os
 import pty
 import socket
+import ssl
 import struct
 import subprocess
 import threading
@@ -19,8 +20,10 @@ import time
 
 import pytest
 
+from ocr_app import auth
 from ocr_app.fleet.jobclient import iter_lines, iter_sse
 
+from .docs import encode, render
 from .server import OCR_APP
 from .test_jobs import StallServer, doc, make_server, submit_ok, wait_status
 
@@ -61,6 +64,7 @@ def cli(srv, *args, url: str | None = None, key: str | None = "default", timeout
         text=True,
         env=env_of(srv, url, key),
         timeout=timeout,
+        stdin=subprocess.DEVNULL,
     )
 
 
@@ -142,6 +146,7 @@ def test_errors_say_what_the_server_said_and_exit_1_or_2(srv, tmp_path):
     assert wrong.returncode == 1 and wrong.stdout == ""
     assert wrong.stderr.startswith("ocr-app: HTTP 401 unauthorized: invalid API key")
     assert "(request id " in wrong.stderr and "ocr_wrong-key-not-printed" not in wrong.stderr
+    assert "the server refused the API key: check --key / OCR_APP_KEY" in wrong.stderr
     missing = cli(srv, "status", "00000000-0000-0000-0000-000000000000")
     assert missing.returncode == 1 and "HTTP 404 not_found: no such job for this API key" in missing.stderr
     too_many = tmp_path / "eleven.pdf"
@@ -331,6 +336,225 @@ def test_sse_parser_reads_the_standard_s_cases():
 
 def test_help_names_the_commands_and_exit_statuses():
     r = subprocess.run([OCR_APP, "jobs", "--help"], capture_output=True, text=True, timeout=30)
-    assert r.returncode == 0 and all(c in r.stdout for c in ("submit", "status", "result", "cancel"))
+    commands = ("submit", "status", "result", "cancel", "list", "wait")
+    assert r.returncode == 0 and all(c in r.stdout for c in commands)
     text = " ".join(r.stdout.split())
     assert "Exit 0: the job is done with every page read" in text and "2: a usage error" in text
+
+
+# --- many documents, stdin, list, wait, what errors say -----------------------------------------------------
+
+ACCEPTED = "accepted types: PNG, JPEG, WEBP, TIFF, BMP, PDF"
+
+
+def png(seed: str) -> bytes:
+    return encode(render([f"{seed} picture"], size=28, width=500).image, "PNG")
+
+
+def new_key(srv, name: str) -> str:
+    """A key of its own: its jobs, its max_jobs_in_flight (the server reads the keys file again)."""
+    return auth.add_key(srv.keys_file, name)
+
+
+def closed_url() -> str:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return f"http://127.0.0.1:{s.getsockname()[1]}"
+
+
+def test_submit_a_folder_skips_what_is_not_a_document_and_follows_into_dir(srv, tmp_path):
+    folder = tmp_path / "in"
+    (folder / "sub").mkdir(parents=True)
+    (folder / "b.pdf").write_bytes(doc(1, "b"))
+    (folder / "sub" / "a.pdf").write_bytes(doc(2, "a"))
+    (folder / "sub" / "c.png").write_bytes(png("c"))
+    (folder / "notes.txt").write_text("not a document")
+    (folder / "empty.pdf").write_bytes(b"")
+    out = tmp_path / "out"
+    r = cli(srv, "submit", folder, "--follow", "-o", out)
+    assert r.returncode == 0, r.stderr
+    rows = [x.split("\t") for x in r.stdout.splitlines()]  # JOB_ID<TAB>PATH, in the folder's sorted order
+    assert [p for _, p in rows] == [str(folder / n) for n in ("b.pdf", "sub/a.pdf", "sub/c.png")]
+    assert f"skipped {folder / 'empty.pdf'}: empty file: nothing to read ({ACCEPTED})" in r.stderr
+    why = "not a document of an accepted type (PNG, JPEG, WEBP, TIFF, BMP, PDF)"
+    assert f"skipped {folder / 'notes.txt'}: {why}" in r.stderr
+    written = sorted(p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file())
+    assert written == ["b.pdf.jsonl", "sub/a.pdf.jsonl", "sub/c.png.jsonl"]
+    for (job_id, path), pages in zip(rows, (1, 2, 1), strict=True):
+        got = lines((out / f"{os.path.relpath(path, folder)}.jsonl").read_text())
+        assert got == ndjson(srv, job_id) and len(got) == pages
+
+    # Usage, before any request (nothing listens at the URL): -o with a folder needs --follow and a
+    # directory; a file named that is empty or not a document names the accepted types.
+    nowhere = closed_url()
+    no_follow = cli(srv, "submit", folder, "-o", out, url=nowhere)
+    assert no_follow.returncode == 2 and "add --follow" in no_follow.stderr
+    a_file = cli(srv, "submit", folder, "--follow", "-o", folder / "b.pdf", url=nowhere)
+    assert a_file.returncode == 2 and "not a directory" in a_file.stderr
+    empty = cli(srv, "submit", folder / "empty.pdf", url=nowhere)
+    assert empty.returncode == 2 and f"empty file: nothing to read ({ACCEPTED})" in empty.stderr
+    text = cli(srv, "submit", folder / "notes.txt", url=nowhere)
+    assert text.returncode == 2 and "not a document of an accepted type (PNG, JPEG" in text.stderr
+
+
+def test_submit_a_folder_larger_than_the_key_s_job_limit(srv, tmp_path):
+    """max_jobs_in_flight is 4: while the instance drains, 4 jobs stay queued and the fifth gets 429; the CLI
+    waits for one to finish (none does until the drain ends) and then submits it."""
+    key = new_key(srv, "cli-limit")
+    folder = tmp_path / "five"
+    folder.mkdir()
+    for n in range(5):
+        (folder / f"{n}.pdf").write_bytes(doc(1, f"l{n}"))
+    srv.drain_file.touch()
+    try:
+        proc = subprocess.Popen(
+            [OCR_APP, "jobs", "submit", str(folder)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env_of(srv, key=key),
+        )
+        assert proc.stderr is not None
+        seen = []
+        while "waiting for a job to finish" not in (line := proc.stderr.readline()):
+            assert line, "".join(seen)
+            seen.append(line)
+        assert "HTTP 429 too_many_jobs" in line and str(folder / "4.pdf") in line
+    finally:
+        srv.drain_file.unlink(missing_ok=True)
+    stdout, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 0, stderr
+    rows = [x.split("\t") for x in stdout.splitlines()]
+    assert [p for _, p in rows] == [str(folder / f"{n}.pdf") for n in range(5)]
+    assert len({j for j, _ in rows}) == 5 and "5 submitted, 0 not accepted" in stderr
+
+
+def test_submit_stdin(srv, tmp_path):
+    r = subprocess.run(
+        [OCR_APP, "jobs", "submit", "-", "--follow"],
+        input=png("stdin"),
+        capture_output=True,
+        env=env_of(srv),
+        timeout=60,
+    )
+    assert r.returncode == 0, r.stderr
+    job_id = r.stderr.decode().split()[1]
+    assert lines(r.stdout.decode()) == ndjson(srv, job_id) and len(ndjson(srv, job_id)) == 1
+    empty = subprocess.run(
+        [OCR_APP, "jobs", "submit", "-"], input=b"", capture_output=True, env=env_of(srv), timeout=60
+    )
+    assert empty.returncode == 2 and b"stdin is empty: send one of PNG, JPEG" in empty.stderr
+
+
+def test_list_and_wait(srv):
+    key = new_key(srv, "cli-list")
+    with srv.client(key) as c:
+        first, second = (submit_ok(c, doc(1, f"w{n}")).json()["job_id"] for n in range(2))
+    # wait: each job as it ends, exit 0 when all are done with every page.
+    r = cli(srv, "wait", first, second, key=key)
+    assert r.returncode == 0, r.stderr
+    assert sorted(r.stdout.splitlines()) == sorted([f"{first}\tdone\t1/1", f"{second}\tdone\t1/1"])
+
+    table = cli(srv, "list", key=key)
+    assert table.returncode == 0, table.stderr
+    rows = table.stdout.splitlines()
+    assert rows[0].split() == ["JOB", "STATUS", "PAGES", "CREATED"]
+    assert [x.split()[:3] for x in rows[1:]] == [
+        [second, "done", "1/1"],
+        [first, "done", "1/1"],
+    ]  # newest first
+    one = cli(srv, "list", "--limit", "1", "--json", key=key)
+    assert [j["job_id"] for j in json.loads(one.stdout)["jobs"]] == [second] and "--all" in one.stderr
+    every = cli(srv, "list", "--limit", "1", "--all", "--json", key=key)  # follows next_cursor
+    assert [j["job_id"] for j in json.loads(every.stdout)["jobs"]] == [second, first]
+    other = cli(srv, "list", "--json", key=new_key(srv, "cli-list-other"))
+    assert other.returncode == 0 and json.loads(other.stdout) == {"jobs": [], "next_cursor": None}
+
+    # A job that never ends here (the instance drains): --timeout says so; a cancelled job exits 1.
+    srv.drain_file.touch()
+    try:
+        with srv.client(key) as c:
+            stuck = submit_ok(c, doc(1, "w-stuck")).json()["job_id"]
+            queued = cli(srv, "list", "--status", "queued", "--status", "running", "--json", key=key)
+            assert [j["job_id"] for j in json.loads(queued.stdout)["jobs"]] == [stuck]
+            late = cli(srv, "wait", first, stuck, "--timeout", "0.3", key=key)
+            assert late.returncode == 1 and late.stdout == f"{first}\tdone\t1/1\n"
+            assert f"--timeout 0.3 s passed; not finished yet: {stuck}" in late.stderr
+            assert c.delete(f"/v1/jobs/{stuck}").json()["status"] == "cancelled"
+    finally:
+        srv.drain_file.unlink(missing_ok=True)
+    cancelled = cli(srv, "wait", stuck, key=key)
+    assert (
+        cancelled.returncode == 1 and f"job {stuck} ended cancelled: 0 of 1 page(s) read" in cancelled.stderr
+    )
+
+
+def test_a_certificate_not_trusted_names_cacert(tmp_path):
+    """An HTTPS server whose certificate no CA of the client signed: the message says what to pass."""
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(
+        [
+            *(
+                "openssl",
+                "req",
+                "-x509",
+                "-newkey",
+                "ec",
+                "-pkeyopt",
+                "ec_paramgen_curve:prime256v1",
+                "-nodes",
+            ),
+            *("-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1", "-days", "1"),
+            *("-keyout", str(key), "-out", str(cert)),
+        ],
+        check=True,
+        capture_output=True,
+    )
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(cert, key)
+    server = socket.create_server(("127.0.0.1", 0))
+
+    def serve() -> None:
+        with contextlib.suppress(OSError):  # ssl.SSLError too: the client gives up on the certificate
+            conn, _ = server.accept()
+            with conn:
+                context.wrap_socket(conn, server_side=True).close()
+
+    threading.Thread(target=serve, daemon=True).start()
+    try:
+        url = f"https://127.0.0.1:{server.getsockname()[1]}"
+        env = {k: v for k, v in os.environ.items() if not k.startswith("OCR_APP_")}
+        r = subprocess.run(
+            [OCR_APP, "jobs", "list", "--url", url, "--key", "k"],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=60,
+        )
+    finally:
+        server.close()
+    assert r.returncode == 1 and "CERTIFICATE_VERIFY_FAILED" in r.stderr
+    assert "pass --cacert FILE (or set OCR_APP_CA_FILE)" in r.stderr
+
+
+def test_a_url_is_sent_for_the_server_to_fetch():
+    """An http(s) argument is not read here: POST /v1/jobs carries {"url": ...} as JSON."""
+    import argparse
+
+    import httpx
+
+    from ocr_app.fleet.submission import gather, post
+
+    docs, skipped, many = gather(["https://example.org/scans/a.pdf"])
+    assert (skipped, many, docs[0].name) == ([], False, "example.org_scans_a.pdf")
+    sent: list[httpx.Request] = []
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        sent.append(request)
+        return httpx.Response(202, json={"job_id": "j"})
+
+    args = argparse.Namespace(idempotency_key=None, pages="1-2", webhook_url=None)
+    with httpx.Client(base_url="http://ocr", transport=httpx.MockTransport(answer)) as client:
+        assert post(client, docs[0], args).status_code == 202
+    assert sent[0].headers["content-type"] == "application/json" and sent[0].url.params["pages"] == "1-2"
+    assert json.loads(sent[0].content) == {"url": "https://example.org/scans/a.pdf"}

@@ -1,4 +1,4 @@
-"""`ocr-app jobs submit|status|result|cancel`: a client of a running service's bulk jobs (`/v1/jobs`).
+"""`ocr-app jobs submit|status|result|cancel|list|wait`: a client of a running service's bulk jobs.
 
 Results are JSON Lines: one page per line, in page order, each as `/v1/ocr` returns it, or
 `{"page", "error": {"code", "message"}}` for a page that could not be read; the lines of
@@ -19,6 +19,7 @@ import codecs
 import json
 import os
 import re
+import ssl
 import sys
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -122,6 +123,8 @@ def server_error(r: httpx.Response) -> ClientError:
         text += f" (request id {request_id})"
     if retry := r.headers.get("retry-after"):
         text += f"; retry after {retry} s"
+    if r.status_code == 401:
+        text += "; the server refused the API key: check --key / OCR_APP_KEY"
     return ClientError(text)
 
 
@@ -296,37 +299,6 @@ def follow(
         delay = min(delay * 2, 10.0)
 
 
-def submit(client: httpx.Client, args: argparse.Namespace) -> int:
-    from ..documents.upload import sniff
-
-    path = Path(args.file)
-    try:
-        f = path.open("rb")
-    except OSError as err:
-        raise ConfigError(f"cannot read {path}: {err.strerror}") from None
-    with f:
-        content_type = sniff(f.read(1024)) or "application/octet-stream"  # an unknown type: the server's 415
-        f.seek(0)
-        headers = {"Content-Type": content_type}
-        if args.idempotency_key:
-            headers["Idempotency-Key"] = args.idempotency_key
-        params = {k: v for k, v in (("pages", args.pages), ("webhook_url", args.webhook_url)) if v}
-        # The file object is streamed in chunks (with its Content-Length), never read whole.
-        r = client.post("/v1/jobs", content=f, headers=headers, params=params or None)
-    job_id = _expect(r, 202)["job_id"]
-    again = " (the job this Idempotency-Key already made)" if r.headers.get("idempotent-replayed") else ""
-    if not args.follow:
-        print(job_id)
-        print(
-            f"job {job_id} submitted{again}: `ocr-app jobs status {job_id}`, "
-            f"`ocr-app jobs result {job_id} --follow`",
-            file=sys.stderr,
-        )
-        return 0
-    print(f"job {job_id} submitted{again}", file=sys.stderr)
-    return _follow_to(client, job_id, args)
-
-
 def _follow_to(client: httpx.Client, job_id: str, args: argparse.Namespace) -> int:
     progress = Progress(job_id)
     out = _open_output(args.output)
@@ -391,7 +363,42 @@ def result(client: httpx.Client, args: argparse.Namespace) -> int:
     return rc
 
 
-COMMANDS = {"submit": submit, "status": status, "result": result, "cancel": cancel}
+def submit(client: httpx.Client, args: argparse.Namespace) -> int:
+    from .submission import submit
+
+    return submit(client, args)
+
+
+def list_jobs(client: httpx.Client, args: argparse.Namespace) -> int:
+    from .joblist import list_jobs
+
+    return list_jobs(client, args)
+
+
+def wait(client: httpx.Client, args: argparse.Namespace) -> int:
+    from .joblist import wait
+
+    return wait(client, args)
+
+
+COMMANDS = {
+    "submit": submit,
+    "status": status,
+    "result": result,
+    "cancel": cancel,
+    "list": list_jobs,
+    "wait": wait,
+}
+
+
+def tls_failure(err: BaseException) -> bool:
+    """A certificate the client could not verify: its cause, or its message (another TLS stack's)."""
+    seen: BaseException | None = err
+    while seen is not None:
+        if isinstance(seen, ssl.SSLCertVerificationError) or "CERTIFICATE_VERIFY_FAILED" in str(seen):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
 
 
 def run(args: argparse.Namespace, make_client: Callable[[argparse.Namespace], httpx.Client]) -> int:
@@ -413,5 +420,11 @@ def run(args: argparse.Namespace, make_client: Callable[[argparse.Namespace], ht
     except KeyboardInterrupt:
         return 130
     except httpx.TransportError as err:
-        print(f"ocr-app: {args.url}: {type(err).__name__}: {err}", file=sys.stderr)
+        hint = ""
+        if tls_failure(err):
+            hint = (
+                "; the server's TLS certificate could not be verified: pass --cacert FILE (or set "
+                "OCR_APP_CA_FILE), the CA that signed it"
+            )
+        print(f"ocr-app: {args.url}: {type(err).__name__}: {err}{hint}", file=sys.stderr)
         return 1
