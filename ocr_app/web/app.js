@@ -1,6 +1,7 @@
 // The OCR page: send one document to POST /v1/ocr?preview=true (or, as a bulk job, to POST /v1/jobs and
 // show each page as its event arrives), draw each page's line boxes over the page image the engine saw,
-// show the text. Plain DOM, no dependencies; API data goes in as textContent.
+// show the text; below, the key's jobs (GET /v1/jobs) with their results as JSON Lines. Plain DOM, no
+// dependencies; API data goes in as textContent.
 "use strict";
 
 (() => {
@@ -15,6 +16,7 @@
   };
   const BULK_BYTES = 5 * 1024 * 1024; // a PDF larger than this goes as a bulk job
   const STREAM_RETRIES = 5; // the event stream opened again without a page in between, at most
+  const FINISHED = new Set(["done", "failed", "cancelled"]); // a job's states with a result to fetch
 
   const $ = (id) => document.getElementById(id);
   const form = $("ocr-form");
@@ -31,6 +33,10 @@
   const errorBox = $("error");
   const results = $("results");
   const pagesOut = $("pages-out");
+  const jobsSection = $("jobs");
+  const jobsList = $("jobs-list");
+  const jobsMore = $("jobs-more");
+  const jobsStatus = $("jobs-status");
 
   let chosen = null; // the File to send
   let lastResponse = null;
@@ -50,11 +56,21 @@
     if (value) storage()?.setItem(KEY_STORAGE, value);
     else storage()?.removeItem(KEY_STORAGE);
   });
+  keyInput.addEventListener("change", () => loadJobs());
   $("forget-key").addEventListener("click", () => {
     keyInput.value = "";
     storage()?.removeItem(KEY_STORAGE);
+    hideJobs();
     keyInput.focus();
   });
+
+  function validKey(key) {
+    return !key || /^[\x21-\x7e]+$/.test(key);
+  }
+
+  function authHeaders(key) {
+    return key ? { Authorization: `Bearer ${key}` } : {};
+  }
 
   // --- choosing or dropping a file --------------------------------------------------------------
   function choose(file, of = 1) {
@@ -97,7 +113,7 @@
       return;
     }
     const key = keyInput.value.trim();
-    if (key && !/^[\x21-\x7e]+$/.test(key)) {
+    if (!validKey(key)) {
       showLocalError("Invalid key", "An API key has only printable ASCII characters, no spaces.");
       keyInput.focus();
       return;
@@ -107,15 +123,10 @@
     if (pages) params.set("pages", pages);
     const body = new FormData();
     body.append("file", chosen, chosen.name || "document");
-    const headers = key ? { Authorization: `Bearer ${key}` } : {};
+    const headers = authHeaders(key);
 
     setBusy(true, chosen.name);
-    errorBox.hidden = true;
-    results.hidden = true;
-    pagesOut.replaceChildren();
-    lastResponse = null;
-    job = null;
-    jobProgress.hidden = true;
+    clearOutput();
     let done = "";
     try {
       done = asJob.checked ? await runJob(params, body, headers) : await runOnce(params, body, headers);
@@ -123,6 +134,15 @@
       setBusy(false, "", done);
     }
   });
+
+  function clearOutput() {
+    errorBox.hidden = true;
+    results.hidden = true;
+    pagesOut.replaceChildren();
+    lastResponse = null;
+    job = null;
+    jobProgress.hidden = true;
+  }
 
   // One request: every page in one answer. Returns the status line ("" after an error).
   async function runOnce(params, body, headers) {
@@ -183,7 +203,15 @@
       showLocalError("Unexpected answer", `HTTP ${res.status}: not a job.`);
       return "";
     }
-    job = { id: data.job_id, headers, total: null, status: "queued", last: 0, pages: [], shown: 0, lines: 0 };
+    jobsAvailable = true;
+    loadJobs(); // the new job heads the list
+    return watchJob(data.job_id, headers);
+  }
+
+  // A job, just submitted or picked from the list, followed until it ends: each page shown as it is read.
+  // Returns the status line ("" after an error).
+  async function watchJob(id, headers) {
+    job = { id, headers, total: null, status: "queued", last: 0, pages: [], shown: 0, lines: 0 };
     job.failed = 0;
     job.note = "";
     lastResponse = { pages: job.pages };
@@ -207,6 +235,7 @@
       return `Job ${final}: ${read} shown.`;
     } finally {
       cancelJob.hidden = true;
+      loadJobs(); // its state in the list
     }
   }
 
@@ -369,6 +398,7 @@
   let ticker = null;
   function setBusy(busy, name, message = "") {
     submit.disabled = busy;
+    for (const button of jobsList.querySelectorAll("button.follow")) button.disabled = busy;
     form.setAttribute("aria-busy", String(busy));
     document.body.classList.toggle("busy", busy);
     clearInterval(ticker);
@@ -620,12 +650,201 @@
     return ok;
   }
 
+  // --- the key's jobs: GET /v1/jobs, newest first, a page at a time (More follows next_cursor) ---------
+  // Shown once the service has listed them: a service without a job database answers 503 jobs_unavailable
+  // and the section stays hidden; a key it refuses (401) lists nothing.
+  let jobsAvailable = null; // null: not known yet; false: no job database; true: it lists or takes jobs
+  let jobsCursor = null;
+  let jobsGen = 0; // each new listing makes the answers to older ones stale
+
+  function jobsPageSize() {
+    const n = Number.parseInt(jobsSection.dataset.pageSize, 10);
+    return Number.isInteger(n) ? Math.min(Math.max(n, 1), 100) : 20;
+  }
+
+  function hideJobs() {
+    jobsGen += 1;
+    jobsSection.hidden = true;
+    jobsList.replaceChildren();
+    jobsCursor = null;
+    jobsMore.hidden = true;
+    jobsStatus.textContent = "";
+  }
+
+  async function loadJobs(more = false) {
+    const key = keyInput.value.trim();
+    // Without a key only a service with auth off answers: asked once a job sent from here proved it does.
+    if (!validKey(key) || jobsAvailable === false || (!key && !jobsAvailable)) {
+      hideJobs();
+      return;
+    }
+    if (!more) jobsGen += 1;
+    const gen = jobsGen;
+    const params = new URLSearchParams({ limit: String(jobsPageSize()) });
+    if (more && jobsCursor) params.set("cursor", jobsCursor);
+    jobsMore.disabled = true;
+    jobsSection.setAttribute("aria-busy", "true");
+    let res, text;
+    try {
+      res = await fetch(`v1/jobs?${params}`, { headers: authHeaders(key), cache: "no-store" });
+      text = await res.text();
+    } catch (err) {
+      if (gen === jobsGen) jobsFailed(`the service did not answer (${err.message || err}).`);
+      return;
+    }
+    if (gen !== jobsGen) return;
+    const data = parseJson(text);
+    const err = data && typeof data.error === "object" ? data.error : null;
+    if (res.status === 503 && err?.code === "jobs_unavailable") {
+      jobsAvailable = false;
+      hideJobs();
+      return;
+    }
+    if (res.status === 401) {
+      hideJobs();
+      return;
+    }
+    if (!res.ok || !data || !Array.isArray(data.jobs)) {
+      const said = err ? ` ${String(err.code ?? "")}: ${String(err.message ?? "")}` : "";
+      jobsFailed(`HTTP ${res.status}${said}.`);
+      return;
+    }
+    jobsAvailable = true;
+    const rows = data.jobs.map(jobRow);
+    if (more) jobsList.append(...rows);
+    else jobsList.replaceChildren(...rows);
+    jobsCursor = typeof data.next_cursor === "string" ? data.next_cursor : null;
+    jobsMore.hidden = !jobsCursor;
+    jobsMore.disabled = false;
+    jobsStatus.textContent = jobsList.children.length ? "" : "No jobs for this key yet.";
+    jobsSection.removeAttribute("aria-busy");
+    jobsSection.hidden = false;
+  }
+
+  function jobsFailed(message) {
+    jobsStatus.textContent = `Could not list the jobs: ${message}`;
+    jobsMore.disabled = false;
+    jobsSection.removeAttribute("aria-busy");
+    jobsSection.hidden = !jobsAvailable;
+  }
+
+  function jobRow(item) {
+    const id = String(item.job_id);
+    const status = String(item.status);
+    const pages = item.pages || {};
+    const row = el("tr", { "data-job-id": id, "data-status": status });
+    const idCell = el("td");
+    idCell.append(el("code", {}, id));
+    const created = el("td");
+    created.append(el("time", { datetime: String(item.created_at) }, formatTime(item.created_at)));
+    const failed = pages.failed ? `, ${pages.failed} not read` : "";
+    const actions = el("td", { class: "job-actions" });
+    if (FINISHED.has(status)) {
+      const label = `Result of job ${id}, saved as JSON Lines`;
+      actions.append(actionButton("result", "Result", label, (b) => downloadResult(id, b)));
+    } else {
+      const label = `Follow job ${id}: its pages shown as they are read`;
+      const follow = actionButton("follow", "Follow", label, () => followListed(id));
+      follow.disabled = submit.disabled;
+      const cancel = actionButton("cancel", "Cancel", `Cancel job ${id}`, (b) => cancelListed(id, b));
+      actions.append(follow, cancel);
+    }
+    row.append(
+      idCell,
+      el("td", { class: "job-state" }, status),
+      el("td", { class: "job-pages" }, `${pages.done ?? 0} of ${pages.total ?? 0}${failed}`),
+      created,
+      actions,
+    );
+    return row;
+  }
+
+  function actionButton(cls, text, label, onClick) {
+    const button = el("button", { type: "button", class: `secondary ${cls}`, "aria-label": label }, text);
+    button.addEventListener("click", () => onClick(button));
+    return button;
+  }
+
+  jobsMore.addEventListener("click", () => loadJobs(true));
+  $("jobs-refresh").addEventListener("click", () => loadJobs());
+
+  // The result needs the key, so a plain link cannot fetch it: fetched here, then saved as <job_id>.jsonl.
+  async function downloadResult(id, button) {
+    const headers = { ...authHeaders(keyInput.value.trim()), Accept: "application/x-ndjson" };
+    button.disabled = true;
+    let res, blob, text;
+    try {
+      res = await fetch(`v1/jobs/${encodeURIComponent(id)}/result`, { headers, cache: "no-store" });
+      if (res.ok) blob = await res.blob();
+      else text = await res.text();
+    } catch (err) {
+      showNetworkError(err);
+      return;
+    } finally {
+      button.disabled = false;
+    }
+    if (!res.ok) {
+      showApiError(res, parseJson(text), text);
+      if (res.status === 404) loadJobs(); // expired or purged meanwhile
+      return;
+    }
+    const url = URL.createObjectURL(new Blob([blob], { type: "application/x-ndjson" }));
+    const link = el("a", { href: url, download: `${id.replace(/[^\w.-]/g, "_")}.jsonl`, hidden: "" });
+    document.body.append(link);
+    link.click();
+    link.remove();
+    setTimeout(() => URL.revokeObjectURL(url), 60000);
+  }
+
+  async function followListed(id) {
+    if (submit.disabled) return; // a document or a job is on its way already
+    const key = keyInput.value.trim();
+    setBusy(true, `job ${id}`);
+    clearOutput();
+    let done = "";
+    try {
+      done = await watchJob(id, authHeaders(key));
+    } finally {
+      setBusy(false, "", done);
+    }
+  }
+
+  async function cancelListed(id, button) {
+    button.disabled = true;
+    let res, text;
+    try {
+      res = await fetch(`v1/jobs/${encodeURIComponent(id)}`, {
+        method: "DELETE",
+        headers: authHeaders(keyInput.value.trim()),
+        cache: "no-store",
+      });
+      text = await res.text();
+    } catch (err) {
+      button.disabled = false;
+      showNetworkError(err);
+      return;
+    }
+    if (!res.ok) {
+      button.disabled = false;
+      showApiError(res, parseJson(text), text);
+      return;
+    }
+    loadJobs();
+  }
+
+  if (keyInput.value.trim()) loadJobs();
+
   // --- helpers ----------------------------------------------------------------------------------
   function el(tag, attrs = {}, text) {
     const node = document.createElement(tag);
     for (const [k, v] of Object.entries(attrs)) node.setAttribute(k, String(v));
     if (text !== undefined) node.textContent = text;
     return node;
+  }
+
+  function formatTime(value) {
+    const date = new Date(value);
+    return Number.isNaN(date.getTime()) ? String(value ?? "") : date.toLocaleString();
   }
 
   function plural(n, word) {
