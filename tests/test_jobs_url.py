@@ -308,3 +308,15 @@ def test_a_url_and_a_body_together_and_bad_json_are_422(srv, docs):
 )
 def test_each_kind_of_address(address, refused):
     assert refusal(ipaddress.ip_address(address)) is refused
+
+
+def test_the_cli_submits_a_url_and_says_why_one_is_refused(srv, docs):
+    """`ocr-app jobs submit URL --follow`: the server fetches it; a refused one prints the API's error."""
+    from .test_cli_jobs import cli, lines
+
+    url = f"http://docs.internal:{docs.port}/doc.pdf"
+    out = cli(srv, "submit", url, "--follow")
+    assert out.returncode == 0, out.stderr
+    assert [p["page"] for p in lines(out.stdout)] == [1, 2]
+    refused = cli(srv, "submit", f"http://metadata.example:{docs.port}/doc.pdf")
+    assert refused.returncode == 1 and "url_metadata" in refused.stderr, refused.stderr

@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import json
 import re
+import threading
 import time
 from collections import Counter
 from dataclasses import dataclass
 
 import httpx
+from httpx_sse import SSEError, connect_sse
 
 from lab import fleet as F
 from tests.docs import pdf, render
@@ -134,3 +136,63 @@ class FleetJob:
         """Page ranges claimed more than once (a lease that expired or was let go)."""
         rows = self.sql("SELECT count(*) FROM ocr_job_ranges WHERE job_id = :'job' AND claims > 1")
         return int(rows[0][0])
+
+
+FINISHED = ("done", "failed", "cancelled", "expired")
+
+
+class EventReader:
+    """A client of a job's event stream through the load balancer, read with httpx-sse (an SSE client no one
+    here wrote) in a thread. It drops its connection once, after `drop_after` pages (a reconnect mid-job),
+    resumes with Last-Event-ID whenever a stream ends or fails (an instance killed, PostgreSQL restarting),
+    and stops at the first event that says the job is finished, as a client that takes it at its word:
+    `pages` is what it held then."""
+
+    def __init__(self, fleet: F.Fleet, job_id: str, drop_after: int, timeout: float = 1500):
+        self.fleet, self.job_id, self.drop_after = fleet, job_id, drop_after
+        self.pages: list[int] = []
+        self.finished: dict | None = None  # the first event that said the job is finished
+        self.connections = 0
+        self.interruptions: list[str] = []  # why a stream ended before that event, each time
+        self.deadline = time.monotonic() + timeout
+        self.thread = threading.Thread(target=self._run, name=f"events-{job_id}", daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        last: str | None = None
+        dropped = False
+        while self.finished is None and time.monotonic() < self.deadline:
+            headers = {"Last-Event-ID": last} if last else {}
+            self.connections += 1
+            try:
+                with (
+                    self.fleet.client(timeout=60) as c,
+                    connect_sse(c, "GET", f"/v1/jobs/{self.job_id}/events", headers=headers) as source,
+                ):
+                    if source.response.status_code != 200:
+                        self.interruptions.append(f"HTTP {source.response.status_code}")
+                        time.sleep(1)  # a retry interval (the database restarting: 503)
+                        continue
+                    for sse in source.iter_sse():
+                        if sse.event in ("page", "page_error"):
+                            self.pages.append(int(sse.id))
+                            last = sse.id
+                            if not dropped and len(self.pages) >= self.drop_after:
+                                dropped = True
+                                self.interruptions.append("dropped by the client")
+                                break
+                        elif sse.event == "done" or (
+                            sse.event == "progress" and json.loads(sse.data)["status"] in FINISHED
+                        ):
+                            self.finished = {"event": sse.event, **json.loads(sse.data)}
+                            return
+                    else:
+                        self.interruptions.append("the stream ended")
+            except (httpx.HTTPError, SSEError) as err:
+                self.interruptions.append(type(err).__name__)
+                time.sleep(0.5)  # a retry interval
+
+    def wait(self, timeout: float) -> EventReader:
+        self.thread.join(timeout)
+        assert not self.thread.is_alive(), f"the event reader never saw the job finish: {self.interruptions}"
+        return self

@@ -6,7 +6,9 @@ instance's range and the cut-off host's range wait for their leases to expire an
 instance; a restarted database costs the workers their connections, not their work. The result (JSON Lines,
 through HAProxy) must hold every page once, in order, each reading its own number; a synchronous OCR is
 answered while the database restarts. Prints `disrupted job: job_pages_lost=L job_pages_duplicated=D pages=N`
-and each host's share of the pages.
+and each host's share of the pages. A client reads the job's events through it all with a standard SSE
+client (a reconnect of its own mid-job, and those the disruptions cause): every page before the first event
+that says the job is finished.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import pytest
 
 from lab.base import wait_until
 from tests.fleet.conftest import MULTI, say
-from tests.fleet.jobs import DB_HOST, FleetJob
+from tests.fleet.jobs import DB_HOST, EventReader, FleetJob
 from tests.fleet.load import documents
 
 pytestmark = [pytest.mark.lab, pytest.mark.timeout(1500)]
@@ -54,6 +56,7 @@ def test_a_job_survives_a_kill_a_database_restart_and_a_cut(fleet):
     t0, submitted = time.monotonic(), time.time()
     job = FleetJob.submit(fleet, PAGES, key=f"fleet-disruptions-{int(submitted)}")
     say(f"job {job.job_id}: {PAGES} pages submitted")
+    reader = EventReader(fleet, job.job_id, drop_after=5)
 
     # kill -9 an instance of the 2-instance host mid-job: its range's lease expires, another reads it.
     running(job.wait_pages(10, 600))
@@ -95,3 +98,14 @@ def test_a_job_survives_a_kill_a_database_restart_and_a_cut(fleet):
     assert set(shares) and len(shares) == len(fleet.apps) and all(n > 0 for n in shares.values()), shares
     assert sum(shares.values()) == PAGES, shares
     assert reclaimed >= 1, reclaimed
+
+    # The event stream, read through everything above: every page, once, in order, before the first
+    # event that says the job is finished.
+    reader.wait(120)
+    say(
+        f"events: {len(reader.pages)} pages on {reader.connections} connections "
+        f"(interrupted: {reader.interruptions}), then {reader.finished}"
+    )
+    assert reader.pages == list(range(1, PAGES + 1)), reader.pages
+    assert reader.finished is not None and reader.finished["status"] == "done", reader.finished
+    assert reader.connections >= 2 and "dropped by the client" in reader.interruptions
