@@ -5,6 +5,9 @@ workers never hold the same range, and a cancelled job's ranges are not claimed.
 from __future__ import annotations
 
 import asyncio
+import os
+import subprocess
+import sys
 import time
 
 import psycopg
@@ -120,3 +123,57 @@ def test_a_page_is_written_before_a_cancel_or_not_at_all(url):
         return status["pages"], [r.page for r in await store.finished_pages(job_id, 0)]
 
     assert run(url, scenario) == ({"total": 3, "done": 1, "failed": 0}, [1])
+
+
+# Run by the previous release's Python (its ocr_app/ first on sys.path): a job's whole way through its store.
+PREVIOUS_RELEASE_JOB = """
+import asyncio, sys
+sys.path.insert(0, sys.argv[1])
+from ocr_app.jobs.store import JobStore
+from ocr_app.jobs import schema
+
+async def main():
+    store = JobStore(sys.argv[2])
+    await store.open()
+    try:
+        assert await store.check_schema() > schema.LATEST and store.refusal() is None
+        job_id, created = await store.create("old", "k", "f", "image/png", {}, [1, 2], b"doc", 2, 10)
+        claim = await store.claim("old-worker", 30)
+        assert created and claim is not None and claim.job_id == job_id
+        for page in (1, 2):
+            assert await store.write_page(job_id, page, '{"page": %d}' % page, None, "old-worker")
+        assert await store.finish_range(claim, "old-worker", 60) == "done"
+        print(job_id)
+    finally:
+        await store.close()
+
+asyncio.run(main())
+"""
+
+
+def test_the_previous_release_works_on_this_schema(url, tmp_path):
+    """During a rolling upgrade both releases run on one database, upgraded to this release's schema: the
+    previous release (tests/previous_release.txt) creates, claims, writes and finishes a job on it, and this
+    release lists it."""
+    from .test_settings_kit import _previous_release
+
+    previous = _previous_release(tmp_path / "previous")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    r = subprocess.run(
+        [sys.executable, "-I", "-c", PREVIOUS_RELEASE_JOB, str(previous), url],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=False,
+        timeout=120,
+    )
+    assert r.returncode == 0, r.stderr[-3000:]
+    job_id = r.stdout.strip()
+
+    async def scenario(store: JobStore):
+        return await store.list_jobs("old", None, 10, None)
+
+    listed = run(url, scenario)
+    assert [(j["job_id"], j["status"], j["pages"]) for j in listed] == [
+        (job_id, "done", {"total": 2, "done": 2, "failed": 0})
+    ]
