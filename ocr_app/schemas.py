@@ -135,13 +135,15 @@ JobState = Literal["queued", "running", "done", "failed", "cancelled"]
 
 
 class JobSummary(BaseModel):
+    """A job as GET /v1/jobs lists it."""
+
     job_id: str
     status: JobState
     pages: JobPages
     created_at: str
     started_at: str | None
     finished_at: str | None
-    expires_at: str | None
+    expires_at: str | None = Field(description="when the job and its results are deleted (job_result_ttl_s)")
 
 
 class JobList(BaseModel):
@@ -151,12 +153,7 @@ class JobList(BaseModel):
     )
 
 
-class JobStatus(BaseModel):
-    job_id: str
-    status: JobState
-    pages: JobPages
-    created_at: str
-    started_at: str | None
-    finished_at: str | None
-    expires_at: str | None = Field(description="when the job and its results are deleted (job_result_ttl_s)")
+class JobStatus(JobSummary):
+    """A job as GET /v1/jobs/{id} shows it: its summary and the pages that could not be read."""
+
     errors: list[PageError]
