@@ -122,14 +122,23 @@ def ip_literal(host: str) -> IPAddress | None:
 _LABEL = re.compile(r"(?!-)[a-z0-9-]{1,63}(?<!-)")
 
 
+def _network(entry: str) -> IPNetwork | None:
+    """An entry of job_url_allowed_hosts as the network it names (an address: its /32 or /128), or None."""
+    try:
+        return ipaddress.ip_network(entry.strip("[]"), strict=False)
+    except ValueError:
+        return None
+
+
+def _name(entry: str) -> str:
+    return entry.lower().rstrip(".")
+
+
 def allowed_host_entry(entry: str) -> bool:
     """An entry of job_url_allowed_hosts: an IP network (or address), or a host name."""
-    try:
-        ipaddress.ip_network(entry.strip("[]"), strict=False)
+    if _network(entry) is not None:
         return True
-    except ValueError:
-        pass
-    name = entry.lower().rstrip(".")
+    name = _name(entry)
     return 0 < len(name) <= 253 and all(_LABEL.fullmatch(label) for label in name.split("."))
 
 
@@ -144,14 +153,15 @@ class Policy:
     def of(cls, entries: Iterable[str]) -> Policy:
         names, networks = set(), []
         for entry in entries:
-            try:
-                networks.append(ipaddress.ip_network(entry.strip("[]"), strict=False))
-            except ValueError:
-                names.add(entry.lower().rstrip("."))
+            network = _network(entry)
+            if network is None:
+                names.add(_name(entry))
+            else:
+                networks.append(network)
         return cls(frozenset(names), tuple(networks))
 
     def opens(self, host: str, ip: IPAddress) -> bool:
-        return host.lower().rstrip(".") in self.names or any(ip in net for net in self.networks)
+        return _name(host) in self.names or any(ip in net for net in self.networks)
 
 
 async def checked_address(host: str, port: int, policy: Policy, resolver: Resolver | None = None) -> str:

@@ -12,7 +12,7 @@ import httpx
 MAX_URL_LENGTH = 2000
 
 
-def _parse(url: str) -> httpx.URL | None:
+def parse(url: str) -> httpx.URL | None:
     """httpx's parse of an http(s) URL with a host and no user info, else None. The same parser sends it:
     what is checked is what is sent to."""
     if len(url) > MAX_URL_LENGTH or any(c.isspace() or ord(c) < 0x20 or c == "\\" for c in url):
@@ -35,7 +35,7 @@ def _port(u: httpx.URL) -> int:
 
 def prefix_problem(prefix: str) -> str | None:
     """Why an entry of job_webhook_allowed_urls cannot be used, or None."""
-    parsed = _parse(prefix)
+    parsed = parse(prefix)
     if parsed is None:
         return f"{prefix!r} is not an http(s) URL with a host and without user info"
     if parsed.query or parsed.fragment:
@@ -47,11 +47,11 @@ def allowed(url: str, prefixes: list[str]) -> bool:
     """The URL lies under one of the prefixes: scheme, host and port equal; its path starts with the
     prefix's path, at a segment's end (a prefix path `/hooks` allows `/hooks` and `/hooks/...`, not
     `/hooksx`; `/hooks/` allows `/hooks/...` only)."""
-    target = _parse(url)
+    target = parse(url)
     if target is None:
         return False
     for prefix in prefixes:
-        p = _parse(prefix)
+        p = parse(prefix)
         if p is None or (p.scheme, p.host, _port(p)) != (target.scheme, target.host, _port(target)):
             continue
         base = p.path or "/"
@@ -62,5 +62,5 @@ def allowed(url: str, prefixes: list[str]) -> bool:
 
 def host_of(url: str) -> str:
     """What a log line may name of a webhook URL: its scheme and host (a path or query may hold a token)."""
-    parsed = _parse(url)
+    parsed = parse(url)
     return f"{parsed.scheme}://{parsed.host}" if parsed is not None else "(invalid)"

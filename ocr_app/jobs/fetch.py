@@ -32,12 +32,13 @@ def check_url(url: str) -> httpx.URL:
         raise UrlUnsupportedScheme(
             f"url must be an http or https URL, not {scheme or 'one without a scheme'}"
         )
-    if urls.host_of(url) == "(invalid)":
+    parsed = urls.parse(url)
+    if parsed is None:
         raise DocumentUrlError(
             "url must be an http(s) URL with a host, without user info or whitespace, of at most "
             f"{urls.MAX_URL_LENGTH} characters"
         )
-    return httpx.URL(url)
+    return parsed
 
 
 async def fetch(

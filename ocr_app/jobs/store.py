@@ -28,6 +28,9 @@ from .ranges import Ranges
 log = logging.getLogger("ocr_app.jobs")
 
 FINISHED = ("done", "failed", "cancelled")
+# The job a key's Idempotency-Key made, and its fingerprint: read by create (in its transaction)
+# and by idempotent.
+_BY_IDEMPOTENCY_KEY = "SELECT id, fingerprint FROM ocr_jobs WHERE owner = %s AND idempotency_key = %s"
 
 
 @dataclass(frozen=True)
@@ -107,7 +110,7 @@ class JobStore:
             if idempotency_key is not None:
                 row = await (
                     await conn.execute(
-                        "SELECT id, fingerprint FROM ocr_jobs WHERE owner = %s AND idempotency_key = %s",
+                        _BY_IDEMPOTENCY_KEY,
                         (owner, idempotency_key),
                     )
                 ).fetchone()
@@ -148,7 +151,7 @@ class JobStore:
         async with self.pool.connection() as conn:
             row = await (
                 await conn.execute(
-                    "SELECT id, fingerprint FROM ocr_jobs WHERE owner = %s AND idempotency_key = %s",
+                    _BY_IDEMPOTENCY_KEY,
                     (owner, idempotency_key),
                 )
             ).fetchone()
