@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -120,6 +121,17 @@ class Server:
 
     def logs(self) -> str:
         return self.log_file.read_text(errors="replace") if self.log_file.exists() else ""
+
+    def log_records(self, predicate, timeout: float = 30) -> list[dict]:
+        """The JSON log records matching predicate, once there is one: a request's access line is
+        written after its answer has gone out, so a client may read the log before it is there."""
+        deadline = time.monotonic() + timeout
+        while True:
+            records = [json.loads(line) for line in self.logs().splitlines() if line.startswith("{")]
+            found = [r for r in records if predicate(r)]
+            if found or time.monotonic() >= deadline:
+                return found
+            time.sleep(0.02)  # polling interval, not a timing assumption
 
     def stop(self, sig: int = signal.SIGTERM, timeout: float = 60) -> int:
         if self.proc is None or self.proc.poll() is not None:

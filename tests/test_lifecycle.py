@@ -121,11 +121,11 @@ def test_metrics_move(tight, small):
 def test_logs_are_json_lines_without_document_text(tight, small):
     r = tight.ocr(small, "image/png", headers={"X-Request-ID": "log-check-1"})
     assert "Short note" in r.json()["pages"][0]["text"]
-    records = [json.loads(line) for line in tight.logs().splitlines() if line.strip()]
-    [access] = [x for x in records if x.get("request_id") == "log-check-1" and x["message"] == "request"]
+    [access] = tight.log_records(lambda x: x.get("request_id") == "log-check-1" and x["message"] == "request")
     assert access["caller"] == "tests" and access["route"] == "/v1/ocr" and access["status"] == 200
     assert access["pages"] == 1 and access["bytes"] == len(small) and access["duration_ms"] > 0
     assert {"time", "level"} <= set(access)
+    assert all(json.loads(line) for line in tight.logs().splitlines() if line.strip())
     assert "Short note" not in tight.logs()
 
 
