@@ -94,6 +94,13 @@ class Metrics:
         )
         for outcome in ("delivered", "retried", "failed"):
             self.job_webhooks.labels(outcome)
+        # Registered by the job worker (JobWorker.start) only: an instance without a job database has none,
+        # so that OcrJobStoreUnreachable never fires for it.
+        self.job_store_up = Gauge(
+            "ocr_job_store_up",
+            "1 when this instance's last probe of the job database was answered in time (job_db_timeout_s)",
+            registry=None,
+        )
         # ocr_shadow_* (the canary replays) are ocr_app/fleet/shadow.py's, in this registry.
         self.inflight = Gauge("ocr_inflight_requests", "Interactive OCR requests being processed", registry=r)
         self.job_pages_inflight = Gauge(

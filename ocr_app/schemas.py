@@ -81,6 +81,9 @@ class OcrResponse(BaseModel):
     timings_ms: Timings
 
 
+JobStoreState = Literal["off", "connecting", "ready", "unreachable", "schema_behind"]
+
+
 class Health(BaseModel):
     status: Literal["ready", "loading", "draining", "degraded", "unhealthy"]
     # degraded: why the instance cannot take new work in reasonable time (its conditions, "; "-joined)
@@ -93,6 +96,11 @@ class Health(BaseModel):
     version: str
     inflight: int
     queued: int
+    # The bulk jobs' database, as this instance last found it (each job_poll_s); its own field, never part of
+    # `status`: /v1/ocr serves without it, so the load balancers keep the instance. off: no database_url;
+    # connecting: not reached yet; unreachable: the last probe failed or timed out (job routes answer 503);
+    # schema_behind: `ocr-app db upgrade` not run yet.
+    job_store: JobStoreState = "off"
 
 
 class ErrorDetail(BaseModel):

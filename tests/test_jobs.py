@@ -295,6 +295,9 @@ def test_without_a_database_job_routes_say_what_to_set(server):
     with server.client() as c:
         for r in (submit(c, doc(1)), c.get("/v1/jobs/00000000-0000-0000-0000-000000000000")):
             assert "database_url" in assert_error(r, 503, "jobs_unavailable")["message"]
+    # Said in /healthz as its own field; no ocr_job_store_up, so no job-store alert fires for it.
+    assert server.health().json()["job_store"] == "off"
+    assert not any(name.startswith("ocr_job_store_up") for name in server.metrics())
 
 
 def test_schema_behind_is_refused_until_upgraded_then_results_expire(tmp_path_factory, postgres):
@@ -311,6 +314,7 @@ def test_schema_behind_is_refused_until_upgraded_then_results_expire(tmp_path_fa
     try:
         with srv.client() as c:
             assert "ocr-app db upgrade" in assert_error(submit(c, doc(1)), 503, "jobs_unavailable")["message"]
+            assert srv.health().json()["job_store"] == "schema_behind"
             behind = db_cli(srv, "status")
             assert behind.returncode == 1 and "BEHIND" in behind.stdout
             assert db_cli(srv, "upgrade").returncode == 0
@@ -319,6 +323,7 @@ def test_schema_behind_is_refused_until_upgraded_then_results_expire(tmp_path_fa
             while (r := submit(c, doc(1))).status_code == 503 and time.monotonic() < deadline:
                 time.sleep(0.05)
             assert r.status_code == 202, r.text
+            assert srv.health().json()["job_store"] == "ready"
             job_id = r.json()["job_id"]
             done = wait_status(c, job_id, lambda b: b.get("status") == "done")
             assert done["expires_at"] is not None

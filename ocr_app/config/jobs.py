@@ -19,6 +19,16 @@ class JobSettings(BaseModel):
         "postgresql://ocr@db/ocr?sslmode=verify-full (a secret when it holds a password: never logged); "
         "none: the /v1/jobs routes answer 503.",
     )
+    # A job route waits this long on the database (a pool connection, a statement) before it answers 503
+    # jobs_unavailable; the instance's probe of the database, each job_poll_s, is bounded by it too.
+    job_db_timeout_s: float = Field(
+        2.0,
+        ge=0.5,
+        le=30.0,
+        description="Seconds a job route waits on the job database before it answers 503 jobs_unavailable; "
+        "also the bound of each probe of the database (/healthz's job_store) and of a new connection "
+        "(at least 2 s: libpq's minimum).",
+    )
     job_range_pages: int = Field(8, ge=1, le=1000, description="Pages per claim (a lease covers one range).")
     job_lease_s: float = Field(
         60.0,
@@ -28,14 +38,14 @@ class JobSettings(BaseModel):
     job_poll_s: float = Field(
         1.0,
         gt=0,
-        description="Seconds between an idle worker's looks for ranges, and an event stream's for pages.",
+        description="Seconds between an idle worker's looks for ranges, an event stream's for pages, and the "
+        "instance's probes of the job database.",
     )
-    # Result-expiry timer, fleet-wide metrics and the schema check run this often.
+    # Result-expiry timer and fleet-wide metrics run this often.
     job_sweep_s: float = Field(
         30.0,
         gt=0,
-        description="Seconds between runs of the result-expiry timer, the fleet-wide job metrics and the "
-        "schema check.",
+        description="Seconds between runs of the result-expiry timer and the fleet-wide job metrics.",
     )
     job_result_ttl_s: float = Field(
         24 * 3600.0,

@@ -263,6 +263,7 @@ def follow(
                     if (wait := r.headers.get("retry-after", "")).isdigit():
                         delay = max(delay, min(float(wait), 30.0))
                 else:
+                    reason = "the stream ended before the job did"
                     for ev in iter_sse(iter_lines(r.iter_bytes())):
                         if ev.retry_ms is not None:
                             delay = ev.retry_ms / 1000
@@ -285,7 +286,8 @@ def follow(
                         elif ev.event == "done":
                             outcome.status = json.loads(ev.data).get("status", "done")
                             return outcome
-                    reason = "the stream ended before the job did"
+                        elif ev.event == "unavailable":  # the service's job database is away for now
+                            reason = json.loads(ev.data).get("message", "the job database is away")
         except httpx.TransportError as err:  # reset, refused, timed out, cut mid-body
             reason = f"{type(err).__name__}: {err}" if str(err) else type(err).__name__
         failures += 1

@@ -15,6 +15,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Callable
 
+from ..errors import JobsUnavailable
 from .store import FINISHED, JobStore, PageRow
 
 # A comment line at least this often: proxies (nginx's proxy_read_timeout, 60 s) keep a quiet stream open.
@@ -46,14 +47,34 @@ async def sse(
 ) -> AsyncIterator[str]:
     """`progress` when the job's status changes, `page` (or `page_error`) per page after `after`, `done`.
 
-    Ends early when the instance stops (a stream would hold its graceful shutdown): the client reconnects
-    with Last-Event-ID, to any instance."""
+    Ends early when the instance stops (a stream would hold its graceful shutdown), and with `unavailable`
+    when the job database is away: the client reconnects with Last-Event-ID, to any instance."""
+    try:
+        async for event in _events(store, job_id, pages, after, poll_s, stopping):
+            yield event
+    except JobsUnavailable as err:
+        # The job database went away (or stopped answering in time): the stream ends cleanly with an event
+        # that says so, and the client comes back after `retry` with Last-Event-ID, as after any drop.
+        body = {"code": err.code, "message": err.message, "retry_after_s": err.retry_after_s}
+        yield f"retry: {(err.retry_after_s or 5) * 1000}\n" + _event("unavailable", json.dumps(body))
 
+
+async def _events(
+    store: JobStore,
+    job_id: uuid.UUID,
+    pages: list[int],
+    after: int,
+    poll_s: float,
+    stopping: Callable[[], bool],
+) -> AsyncIterator[str]:
     nxt = bisect.bisect_right(pages, after)  # index of the next page to send
     last_status = None
     last_sent = time.monotonic()
     while True:
-        status = await store.job_state(job_id)
+        refusal = store.refusal()  # the probe found the database away: no wait for a time-out
+        if refusal is not None:
+            raise refusal
+        status = await store.bounded(store.job_state(job_id))
         if status is None:  # its results expired (job_result_ttl_s) while the client listened
             yield _event("done", json.dumps({"job_id": str(job_id), "status": "expired"}))
             return
@@ -61,7 +82,10 @@ async def sse(
             last_status = status
             yield _progress(status, nxt, len(pages))
             last_sent = time.monotonic()
-        written = {r.page: r for r in await store.finished_pages(job_id, pages[nxt - 1] if nxt else after)}
+        written = {
+            r.page: r
+            for r in await store.bounded(store.finished_pages(job_id, pages[nxt - 1] if nxt else after))
+        }
         while nxt < len(pages) and pages[nxt] in written:
             yield _page_event(written[pages[nxt]])
             nxt += 1

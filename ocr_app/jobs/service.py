@@ -11,12 +11,9 @@ import hashlib
 import json
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Callable, Sequence
 from datetime import datetime
 from typing import Any
-
-import psycopg
 
 from .. import urls
 from ..config import Settings
@@ -33,21 +30,13 @@ from ..errors import (
 from ..metrics import Metrics
 from ..ocr.pipeline import Pipeline
 from . import events, fetch
-from .store import FINISHED, JobStore, unavailable
+from .store import FINISHED, JobStore
 from .worker import JobWorker, SecretOf
 
 NO_DATABASE = (
     "bulk jobs need a PostgreSQL database: set database_url (env OCR_APP_DATABASE_URL) and run "
     "`ocr-app db upgrade` once"
 )
-
-
-@contextmanager
-def _database() -> Iterator[None]:
-    try:
-        yield
-    except psycopg.Error as err:  # the pool's timeout included
-        raise unavailable(err) from None
 
 
 def check_webhook_url(url: str | None, allowed: list[str]) -> None:
@@ -120,7 +109,9 @@ class Jobs:
         # so a few serve many claimers: a GPU instance's 64 must not take 132 of the server's connections.
         assert settings.max_concurrency is not None  # resolved for the engine (Settings.for_engine)
         self.store = JobStore(
-            settings.database_url, max_connections=4 + min(2 * settings.max_concurrency, 12)
+            settings.database_url,
+            max_connections=4 + min(2 * settings.max_concurrency, 12),
+            timeout_s=settings.job_db_timeout_s,
         )
         # Where the service may connect for a client: document URLs and webhooks (ocr_app/egress.py).
         self.egress = Policy.of(settings.job_url_allowed_hosts)
@@ -157,8 +148,7 @@ class Jobs:
         fetch.check_url(url)
         fingerprint = _fingerprint({"url": url}, selection, preview, max_tokens, webhook_url)
         if idempotency_key is not None:
-            with _database():
-                found = await self.store.idempotent(owner, idempotency_key)
+            found = await self.store.bounded(self.store.idempotent(owner, idempotency_key))
             if found is not None:
                 if found[1] != fingerprint:
                     raise IdempotencyConflict()
@@ -206,8 +196,10 @@ class Jobs:
         options = {"preview": preview, "max_tokens": max_tokens}
         if fingerprint is None:
             fingerprint = _fingerprint({"document": digest}, selection, preview, max_tokens, webhook_url)
-        with _database():
-            job_id, created = await self.store.create(
+        # Told 503 when the database is slower than job_db_timeout_s, the job may still be written: a retry
+        # with the same Idempotency-Key finds it.
+        job_id, created = await self.store.bounded(
+            self.store.create(
                 owner,
                 idempotency_key,
                 fingerprint,
@@ -219,36 +211,34 @@ class Jobs:
                 s.max_jobs_in_flight,
                 webhook_url,
             )
+        )
         if created:
             self.worker.wake()
         return job_id, created
 
     async def status(self, owner: str, job_id: str) -> dict[str, Any]:
-        with _database():
-            found = await self.store.status(owner, _job_id(job_id))
+        found = await self.store.bounded(self.store.status(owner, _job_id(job_id)))
         if found is None:
             raise JobNotFound()
         return found
 
     async def cancel(self, owner: str, job_id: str) -> dict[str, Any]:
-        with _database():
-            if not await self.store.cancel(owner, _job_id(job_id), self.settings.job_result_ttl_s):
-                raise JobNotFound()
+        ttl = self.settings.job_result_ttl_s
+        if not await self.store.bounded(self.store.cancel(owner, _job_id(job_id), ttl)):
+            raise JobNotFound()
         return await self.status(owner, job_id)
 
     async def purge(self, owner: str, job_id: str) -> None:
         """Cancel and delete now: the job, its document, pages and webhook delivery. Then 404, as expired."""
-        with _database():
-            if not await self.store.purge(owner, _job_id(job_id)):
-                raise JobNotFound()
+        if not await self.store.bounded(self.store.purge(owner, _job_id(job_id))):
+            raise JobNotFound()
 
     async def list_jobs(
         self, owner: str, statuses: Sequence[str] | None, limit: int, cursor: str | None
     ) -> dict[str, Any]:
         """{jobs: [newest first], next_cursor}: next_cursor (None on the last page) asks for the next."""
         before = _decode_cursor(cursor) if cursor is not None else None
-        with _database():
-            rows = await self.store.list_jobs(owner, statuses, limit + 1, before)
+        rows = await self.store.bounded(self.store.list_jobs(owner, statuses, limit + 1, before))
         more = len(rows) > limit
         rows = rows[:limit]
         next_cursor = _encode_cursor(rows[-1]["created_at"], rows[-1]["job_id"]) if more else None
@@ -262,8 +252,7 @@ class Jobs:
                 raise InvalidParameter("Last-Event-ID must be a page number (the id of the last page event)")
             after = int(last_event_id)
         jid = _job_id(job_id)
-        with _database():
-            pages = await self.store.pages_of(owner, jid)
+        pages = await self.store.bounded(self.store.pages_of(owner, jid))
         if pages is None:
             raise JobNotFound()
         return events.sse(self.store, jid, pages, after, self.settings.job_poll_s, self.stopping)

@@ -7,12 +7,14 @@ instance claim the range again; a cancelled job's unfinished ranges become `canc
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import math
 import uuid
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
 import psycopg
 from psycopg import sql
@@ -21,13 +23,16 @@ from psycopg.types.json import Jsonb
 from psycopg_pool import AsyncConnectionPool
 
 from ..errors import IdempotencyConflict, JobsUnavailable, TooManyJobs
+from ..schemas import JobStoreState
 from . import schema
 from .deliveries import Deliveries
 from .ranges import Ranges
 
 log = logging.getLogger("ocr_app.jobs")
 
+T = TypeVar("T")
 FINISHED = ("done", "failed", "cancelled")
+
 # The job a key's Idempotency-Key made, and its fingerprint: read by create (in its transaction)
 # and by idempotent.
 _BY_IDEMPOTENCY_KEY = "SELECT id, fingerprint FROM ocr_jobs WHERE owner = %s AND idempotency_key = %s"
@@ -45,19 +50,27 @@ def _iso(t: datetime | None) -> str | None:
 
 
 class JobStore:
-    def __init__(self, database_url: str, max_connections: int = 8):
-        # Opened in the background: an instance starts (and serves /v1/ocr) while the database is down.
+    def __init__(self, database_url: str, max_connections: int = 8, timeout_s: float = 2.0):
+        self.timeout_s = timeout_s
+        # Opened in the background: an instance starts (and serves /v1/ocr) while the database is down. A
+        # connection is waited for at most timeout_s, and made within it (libpq counts less than 2 s as 2 s;
+        # this overrides a connect_timeout in the URL).
         self.pool = AsyncConnectionPool(
             database_url,
             min_size=1,
             max_size=max_connections,
             open=False,
-            kwargs={"autocommit": True},
+            timeout=timeout_s,
+            kwargs={"autocommit": True, "connect_timeout": max(2, math.ceil(timeout_s))},
             name="ocr-jobs",
         )
         self.schema_version: int | None = None  # None: not read yet
+        self.reachable: bool | None = None  # the last probe's answer; None: not probed yet
+        self.unreachable_why = ""
+        self.probed = asyncio.Event()  # set once the first probe has answered, either way
         self.deliveries = Deliveries(self.pool)  # the webhooks' rows, on the same pool
         self.ranges = Ranges(self.pool)  # the workers' side: claims, leases, page writes
+        self._abandoned: set[asyncio.Future[Any]] = set()
 
     async def open(self) -> None:
         await self.pool.open(wait=False)
@@ -65,8 +78,64 @@ class JobStore:
     async def close(self) -> None:
         await self.pool.close()
 
+    async def bounded(self, work: Awaitable[T]) -> T:
+        """work's result within timeout_s, else JobsUnavailable (a database error too). A statement on a
+        frozen or cut-off server outlives its cancellation (psycopg asks the server to cancel it and waits up
+        to 10 s before it drops the connection): it is left to end on its own; the caller is answered now."""
+        task = asyncio.ensure_future(work)
+        try:
+            done, _ = await asyncio.wait({task}, timeout=self.timeout_s)
+        except asyncio.CancelledError:
+            self._abandon(task)
+            raise
+        if not done:
+            self._abandon(task)
+            raise JobsUnavailable(
+                f"the job database did not answer within {self.timeout_s:g} s (job_db_timeout_s); retry later"
+            )
+        try:
+            return task.result()
+        except psycopg.Error as err:  # the pool's own timeout (PoolTimeout) included
+            raise unavailable(err) from None
+
+    def _abandon(self, task: asyncio.Future[Any]) -> None:
+        task.cancel()
+        self._abandoned.add(task)  # referenced until it ends; its outcome read, so never reported as lost
+        task.add_done_callback(self._ended)
+
+    def _ended(self, task: asyncio.Future[Any]) -> None:
+        self._abandoned.discard(task)
+        if not task.cancelled():
+            task.exception()  # read, so that asyncio never reports it as lost
+
+    async def probe(self) -> None:
+        """Whether the database answers, and its schema version: /healthz's job_store, the job routes'
+        and the workers' go-ahead. Logged when the answer changes, never once per probe."""
+        try:
+            await self.bounded(self.check_schema())
+        except JobsUnavailable as err:
+            if self.reachable is not False:
+                log.warning("job database unreachable: %s", err.message)
+            self.reachable, self.unreachable_why = False, err.message
+        else:
+            if self.reachable is False:
+                log.warning("job database reachable again")
+            self.reachable = True
+        self.probed.set()
+
+    def state(self) -> JobStoreState:  # /healthz's job_store (ocr_app/schemas.py says what each means)
+        if self.reachable is False:
+            return "unreachable"
+        if self.schema_version is None:
+            return "connecting"
+        if self.schema_version < schema.LATEST:
+            return "schema_behind"
+        return "ready"
+
     # The reasons the job routes refuse, checked on every request.
     def refusal(self) -> JobsUnavailable | None:
+        if self.reachable is False:
+            return JobsUnavailable(self.unreachable_why)
         if self.schema_version is None:
             return JobsUnavailable("the job database has not been reached yet (database_url)")
         if self.schema_version < schema.LATEST:
@@ -336,5 +405,5 @@ class JobStore:
 
 
 def unavailable(err: psycopg.Error) -> JobsUnavailable:
-    log.warning("job database error: %s", type(err).__name__)
-    return JobsUnavailable("the job database is unavailable; retry later")
+    # The error's class only: its message may name the host, never the password, but it is the operator's.
+    return JobsUnavailable(f"the job database is unavailable ({type(err).__name__}); retry later")

@@ -79,7 +79,9 @@ class JobWorker:
         # environment (a receiver is reached directly, as the allow-list says); every connection through the
         # request-forgery guard, as a document URL's.
         self._http = guarded_client(self.egress, self.settings.job_webhook_timeout_s)
-        self._tasks = [asyncio.create_task(self._timer(), name="jobs-timer")]
+        self.metrics.registry.register(self.metrics.job_store_up)
+        self._tasks = [asyncio.create_task(self._watch(), name="jobs-watch")]
+        self._tasks.append(asyncio.create_task(self._timer(), name="jobs-timer"))
         self._tasks.append(asyncio.create_task(self._heartbeat(), name="jobs-heartbeat"))
         self._tasks += [
             asyncio.create_task(self._claimer(), name=f"jobs-claimer-{i}")
@@ -201,10 +203,18 @@ class JobWorker:
                 except psycopg.Error as err:
                     log.warning("job lease renewal failed: %s", err)
 
+    async def _watch(self) -> None:
+        """The job database's reachability and schema, each job_poll_s: the job routes refuse at once
+        while it is away, the claimers and webhook senders wait, and /healthz says so (job_store)."""
+        while True:
+            await self.store.probe()
+            self.metrics.job_store_up.set(1 if self.store.reachable else 0)
+            await asyncio.sleep(self.settings.job_poll_s)
+
     async def _timer(self) -> None:
+        await self.store.probed.wait()  # the schema version comes with the first probe
         while True:
             try:
-                await self.store.check_schema()
                 if self.store.refusal() is None:
                     deleted = await self.store.sweep()
                     if deleted:

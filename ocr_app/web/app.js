@@ -257,6 +257,7 @@
           }
           reason = `HTTP ${res.status}`;
         } else {
+          reason = "the stream ended before the job did";
           for await (const ev of sseEvents(res.body)) {
             if (ev.event === "progress") {
               const info = JSON.parse(ev.data);
@@ -273,9 +274,13 @@
               showJobPage(current, page, ev.event === "page_error");
             } else if (ev.event === "done") {
               return JSON.parse(ev.data).status;
+            } else if (ev.event === "unavailable") {
+              // The service's job database is away for now: back after its Retry-After.
+              const info = JSON.parse(ev.data);
+              reason = info.message;
+              delay = Math.max(delay, (info.retry_after_s ?? 5) * 1000);
             }
           }
-          reason = "the stream ended before the job did";
         }
       } catch (err) {
         reason = err.message || String(err);

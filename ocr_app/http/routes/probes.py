@@ -31,6 +31,7 @@ async def healthz(state: State) -> JSONResponse:
         version=VERSION,
         inflight=state.admission.inflight,
         queued=state.admission.queued,
+        job_store=state.jobs.store.state() if state.jobs is not None else "off",
     )
     return JSONResponse(body.model_dump(), status_code=200 if status == "ready" else 503)
 
