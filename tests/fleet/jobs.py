@@ -186,6 +186,9 @@ class EventReader:
                         ):
                             self.finished = {"event": sse.event, **json.loads(sse.data)}
                             return
+                        elif sse.event == "unavailable":  # the job database away: the stream's last event
+                            self.interruptions.append("unavailable: " + json.loads(sse.data)["code"])
+                            break
                     else:
                         self.interruptions.append("the stream ended")
             except (httpx.HTTPError, SSEError) as err:
