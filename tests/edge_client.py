@@ -3,7 +3,9 @@
 python3 -m tests.edge_client ADDRESS CAFILE MODE [ARGS] prints JSON:
   held N [--key]     N POST /v1/ocr?hold=1 at once, each on its own HTTPS connection (the stand-in backends
                      hold them until the test releases them): a list of post's results once all answered
-  post [--key]       one POST /v1/ocr: {status, code, host, server}
+  post [--key]       one POST /v1/ocr: {status, code, host, server, retry_after}
+  squat N            N sockets that never start TLS and N that finish TLS and send part of a header block, all
+                     held open, from this address; then one POST: {squatted: 2N, post: post's result}
   drip-body WAIT     a POST's whole header block announcing a 1000-byte body, then one body byte, then nothing
   drip-header WAIT   a request line and one header, then nothing (slowloris)
 --key sends `Authorization: Bearer <key>` (the stand-ins take any key). The drip modes report what the server
@@ -42,6 +44,7 @@ def post(address: str, context: ssl.SSLContext, query: str = "", key: bool = Fal
             "host": data.get("host"),
             # nginx names itself; HAProxy's own answers carry no Server header.
             "server": resp.getheader("Server"),
+            "retry_after": resp.getheader("Retry-After"),
         }
     except OSError as err:
         return {"status": None, "code": None, "host": None, "error": str(err)}
@@ -69,6 +72,23 @@ def drip(address: str, context: ssl.SSLContext, head: bytes, wait_s: float) -> d
     return {"outcome": outcome, "waited_s": round(time.monotonic() - start, 1)}
 
 
+def squat(address: str, context: ssl.SSLContext, n: int, head: bytes) -> dict:
+    """n idle sockets before TLS and n after it with a partial header block, held while one POST is sent."""
+    held: list[socket.socket] = []
+    try:
+        for _ in range(n):
+            held.append(socket.create_connection((address, PORT), timeout=10))
+        for _ in range(n):
+            raw = socket.create_connection((address, PORT), timeout=10)
+            tls = context.wrap_socket(raw, server_hostname=address)
+            held.append(tls)
+            tls.sendall(head)
+        return {"squatted": len(held), "post": post(address, context)}
+    finally:
+        for s in held:
+            s.close()
+
+
 def main() -> None:
     address, cafile, mode, *args = sys.argv[1:]
     context = ssl.create_default_context(cafile=cafile)
@@ -82,6 +102,8 @@ def main() -> None:
             out = list(pool.map(lambda _: post(address, context, "?hold=1", key), range(n)))
     elif mode == "post":
         out = post(address, context, key=key)
+    elif mode == "squat":
+        out = squat(address, context, int(args[0]), b"POST /v1/ocr HTTP/1.1\r\n" + host_line)
     elif mode == "drip-body":
         head = b"POST /v1/ocr HTTP/1.1\r\n" + host_line + b"Content-Length: 1000\r\n\r\nx"
         out = drip(address, context, head, float(args[0]))
