@@ -6,6 +6,9 @@ python3 -m tests.edge_client ADDRESS CAFILE MODE [ARGS] prints JSON:
   post [--key]       one POST /v1/ocr: {status, code, host, server, retry_after}
   squat N            N sockets that never start TLS and N that finish TLS and send part of a header block, all
                      held open, from this address; then one POST: {squatted: 2N, post: post's result}
+  errors             malformed and refused requests, each on its own connection (HTTPS, plain HTTP to the
+                     HTTPS port, the plain HTTP port): {case: {status, json, code, request_id}}; request_id
+                     is true when the body's request id is the X-Request-ID header's
   drip-body WAIT     a POST's whole header block announcing a 1000-byte body, then one body byte, then nothing
   drip-header WAIT   a request line and one header, then nothing (slowloris)
 --key sends `Authorization: Bearer <key>` (the stand-ins take any key). The drip modes report what the server
@@ -24,6 +27,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 PORT = 443
+HTTP_PORT = 80
 KEY = "Bearer ocr_edge-client-test-key"
 
 
@@ -89,6 +93,56 @@ def squat(address: str, context: ssl.SSLContext, n: int, head: bytes) -> dict:
             s.close()
 
 
+def _raw(address: str, port: int, context: ssl.SSLContext | None, request: bytes) -> dict:
+    """One raw request on its own connection: what came back (its status, JSON error shape, request id)."""
+    with socket.create_connection((address, port), timeout=10) as raw:
+        conn = context.wrap_socket(raw, server_hostname=address) if context else raw
+        conn.sendall(request)
+        data = b""
+        try:
+            while len(data) < 65536 and (chunk := conn.recv(65536)):
+                data += chunk
+        except (TimeoutError, ConnectionError, ssl.SSLError):
+            pass
+    head, _, body = data.partition(b"\r\n\r\n")
+    lines = head.decode("latin-1").split("\r\n")
+    headers = {k.strip().lower(): v.strip() for k, _, v in (x.partition(":") for x in lines[1:])}
+    status = int(lines[0].split(" ", 2)[1]) if lines[0].startswith("HTTP/") else None
+    try:
+        error = json.loads(body.split(b"\n", 1)[0])["error"]
+    except (ValueError, KeyError, TypeError):
+        error = None
+    return {
+        "status": status,
+        "json": headers.get("content-type", "").startswith("application/json") and error is not None,
+        "code": error.get("code") if error else None,
+        "request_id": bool(error) and error.get("request_id") == headers.get("x-request-id") != "",
+    }
+
+
+def errors(address: str, context: ssl.SSLContext) -> dict:
+    host = f"Host: {address}\r\n".encode()
+    tls = {
+        "broken request line": b"GARBAGE\r\n\r\n",
+        "header block too large": b"GET / HTTP/1.1\r\n" + host + b"X-Big: " + b"a" * 40000 + b"\r\n\r\n",
+        "URI too long": b"GET /" + b"a" * 40000 + b" HTTP/1.1\r\n" + host + b"\r\n",
+        "unknown HTTP version": b"GET / HTTP/3.0\r\n" + host + b"\r\n",
+        "TRACE": b"TRACE / HTTP/1.1\r\n" + host + b"\r\n",
+        "unknown transfer coding": b"POST /v1/ocr HTTP/1.1\r\n" + host + b"Transfer-Encoding: foo\r\n\r\n",
+        "error page asked for": b"GET /ocrfleet-error/400 HTTP/1.1\r\n" + host + b"Connection: close\r\n\r\n",
+    }
+    plain = {
+        "plain: broken request line": b"GARBAGE\r\n\r\n",
+        "plain: URI too long": b"GET /" + b"a" * 40000 + b" HTTP/1.1\r\n" + host + b"\r\n",
+        # The body is never sent: the redirect comes first, not a 413.
+        "plain: large POST": b"POST /v1/jobs HTTP/1.1\r\n" + host + b"Content-Length: 5000000\r\n\r\n",
+    }
+    out = {name: _raw(address, PORT, context, req) for name, req in tls.items()}
+    out["plain HTTP to the HTTPS port"] = _raw(address, PORT, None, b"GET / HTTP/1.1\r\n" + host + b"\r\n")
+    out.update({name: _raw(address, HTTP_PORT, None, req) for name, req in plain.items()})
+    return out
+
+
 def main() -> None:
     address, cafile, mode, *args = sys.argv[1:]
     context = ssl.create_default_context(cafile=cafile)
@@ -104,6 +158,8 @@ def main() -> None:
         out = post(address, context, key=key)
     elif mode == "squat":
         out = squat(address, context, int(args[0]), b"POST /v1/ocr HTTP/1.1\r\n" + host_line)
+    elif mode == "errors":
+        out = errors(address, context)
     elif mode == "drip-body":
         head = b"POST /v1/ocr HTTP/1.1\r\n" + host_line + b"Content-Length: 1000\r\n\r\nx"
         out = drip(address, context, head, float(args[0]))
