@@ -31,6 +31,17 @@ from .ranges import Ranges
 log = logging.getLogger("ocr_app.jobs")
 
 T = TypeVar("T")
+# A TCP connection to the database that stops answering (a cut, a host gone) fails within seconds instead of
+# waiting on TCP's retransmissions (minutes): sent data unacknowledged for 10 s, or an idle connection whose
+# keepalive probes go unanswered for 10 + 3 x 2 s. The pool then drops it and opens a fresh one once the
+# database answers, so no statement waits on a connection from before a cut. Unix sockets ignore these.
+_TCP_LIVENESS = {
+    "tcp_user_timeout": 10_000,
+    "keepalives": 1,
+    "keepalives_idle": 10,
+    "keepalives_interval": 2,
+    "keepalives_count": 3,
+}
 FINISHED = ("done", "failed", "cancelled")
 
 # The job a key's Idempotency-Key made, and its fingerprint: read by create (in its transaction)
@@ -61,7 +72,7 @@ class JobStore:
             max_size=max_connections,
             open=False,
             timeout=timeout_s,
-            kwargs={"autocommit": True, "connect_timeout": max(2, math.ceil(timeout_s))},
+            kwargs={"autocommit": True, "connect_timeout": max(2, math.ceil(timeout_s)), **_TCP_LIVENESS},
             name="ocr-jobs",
         )
         self.schema_version: int | None = None  # None: not read yet

@@ -15,6 +15,7 @@ from httpx_sse import SSEError, connect_sse
 
 from lab import fleet as F
 from tests.docs import pdf, render
+from tests.fleet.conftest import say
 
 DB_HOST = "db-1"
 DATABASE = "ocr"  # the postgresql role's postgresql_database
@@ -83,8 +84,15 @@ class FleetJob:
 
     def result_pages(self) -> list[dict]:
         """The result as JSON Lines, streamed through the load balancer: one page per line, in order."""
-        with self.fleet.client(timeout=300) as c:
-            r = c.get(f"/v1/jobs/{self.job_id}/result", headers={"Accept": "application/x-ndjson"})
+        # A 503 with Retry-After (the job database away from the instance that took it) is retried as the
+        # API says, a few times: the answer after that counts.
+        for _ in range(5):
+            with self.fleet.client(timeout=300) as c:
+                r = c.get(f"/v1/jobs/{self.job_id}/result", headers={"Accept": "application/x-ndjson"})
+            if r.status_code != 503 or not r.headers.get("retry-after", "").isdigit():
+                break
+            say(f"result: 503 {r.json()['error']['message']}; again in {r.headers['retry-after']} s")
+            time.sleep(int(r.headers["retry-after"]))  # the server's Retry-After
         assert r.status_code == 200, r.text[:500]
         return [json.loads(line) for line in r.text.splitlines() if line.strip()]
 
