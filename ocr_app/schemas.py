@@ -82,12 +82,24 @@ class OcrResponse(BaseModel):
 
 
 JobStoreState = Literal["off", "connecting", "ready", "unreachable", "schema_behind"]
+# Why an instance is degraded (ocr_app/ocr/health.py): the event loop woke late, the decode pool is stalled or
+# failing, the engine is wedged, the device refuses it, a watched filesystem is nearly full.
+HealthProblemCode = Literal[
+    "event_loop_lag", "decode_pool_stalled", "decode_pool_failing", "engine_wedged", "device", "disk_low"
+]
+
+
+class HealthProblem(BaseModel):
+    code: HealthProblemCode
+    message: str
 
 
 class Health(BaseModel):
     status: Literal["ready", "loading", "draining", "degraded", "unhealthy"]
-    # degraded: why the instance cannot take new work in reasonable time (its conditions, "; "-joined)
+    # degraded: why the instance cannot take new work in reasonable time (its conditions, "; "-joined)...
     reason: str | None = None
+    # ...and each of them with a code for machines (empty unless degraded).
+    problems: list[HealthProblem] = []
     model_loaded: bool
     engine: str
     model: str

@@ -128,6 +128,11 @@ EXPOSED: dict[str, Var] = {
     "health_loop_lag_window_s": Var(),
     "health_decode_stall_s": Var(),
     "health_engine_stall_s": Var(),
+    "health_disk_paths": Var(
+        note="Give it nginx's body buffers and the journal ([/var/lib/nginx, /var/log/journal]), as the lab "
+        "inventory does (group_vars/ocr_servers/health.yml)."
+    ),
+    "health_disk_min_free_mb": Var(when_set=True),
 }
 
 # Settings the role writes itself, from its own variables.

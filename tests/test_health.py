@@ -5,6 +5,8 @@ a test can wedge or make block the loop; the decode pool is the app's own."""
 
 from __future__ import annotations
 
+import os
+import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -20,6 +22,7 @@ from .server import Server
 from .test_errors import assert_error
 
 HERE = Path(__file__).parent
+MiB = 1024 * 1024
 
 
 class StallServer(Server):
@@ -157,3 +160,57 @@ def test_slow_engine_that_finishes_pages_is_not_wedged(srv, control):
     # The engine only: on a busy machine the PDF's decode may itself pass the 1.5 s decode bound.
     wedged = [reason for _, reason in answers if "engine wedged" in (reason or "")]
     assert answers and not wedged, wedged
+
+
+def df_free(path: Path) -> int:
+    """Free bytes for an unprivileged writer on path's filesystem, as coreutils' df reads them."""
+    out = subprocess.run(
+        ["df", "--output=avail", "-B1", str(path)], capture_output=True, text=True, check=True
+    )
+    return int(out.stdout.split()[-1])
+
+
+def disk_low_on(path: Path) -> Callable[[httpx.Response], bool]:
+    def match(r: httpx.Response) -> bool:
+        body = r.json()
+        low = [
+            p for p in body["problems"] if p["code"] == "disk_low" and f"disk: {path} has " in p["message"]
+        ]
+        return (
+            r.status_code == 503 and body["status"] == "degraded" and bool(low) and body["reason"] is not None
+        )
+
+    return match
+
+
+def test_a_filling_disk_takes_the_instance_out_until_there_is_room_again(tmp_path_factory, control):
+    """A watched path not made yet (nginx's body buffers before nginx) is measured on the filesystem it would
+    be made on; filling that filesystem past the bound takes the instance out, freeing it brings it back."""
+    room = tmp_path_factory.mktemp("disk")
+    free = df_free(room)
+    margin = 64 * MiB
+    if free < 4 * margin:
+        pytest.skip(f"{room} has {free // MiB} MiB free: too little to fill safely")
+    bound_mb = (free - margin) // MiB  # free space stays above it by about the margin until the fill
+    s = StallServer(
+        tmp_path_factory.mktemp("disk-server"),
+        engine="rapidocr",
+        health_disk_paths=[str(room / "nginx" / "body")],
+        health_disk_min_free_mb=bound_mb,
+    ).start(env={"STALL_CONTROL": str(control)})
+    try:
+        assert ready(poll_health(s, lambda r: r.json()["status"] == "ready"))
+        assert s.health().json()["problems"] == []
+        fill = room / "fill"
+        with fill.open("wb") as f:
+            os.posix_fallocate(f.fileno(), 0, 2 * margin)  # the bound is now about a margin above free
+        r = poll_health(s, disk_low_on(room))
+        (low,) = [p for p in r.json()["problems"] if f"disk: {room} has " in p["message"]]
+        assert f"(under health_disk_min_free_mb {bound_mb})" in low["message"], low
+        # The load balancer's check sees 503 as long as the disk stays full.
+        assert s.health().status_code == 503
+        fill.unlink()
+        assert ready(poll_health(s, lambda r: r.json()["status"] == "ready"))
+        assert s.health().json()["problems"] == []
+    finally:
+        assert s.stop() == 0

@@ -194,6 +194,10 @@ EVERY = {
     "ocr_app_health_loop_lag_window_s": 20,
     "ocr_app_health_decode_stall_s": 90,
     "ocr_app_health_engine_stall_s": 240,
+    "ocr_app_health_disk_paths": yaml.safe_load(
+        (ROOT / "inventory" / "lab" / "group_vars" / "ocr_servers" / "health.yml").read_text()
+    )["ocr_app_health_disk_paths"],
+    "ocr_app_health_disk_min_free_mb": "512",  # as -e gives it
     "ocr_app_database_host": "db.example",
     "ocr_app_extra_config": yaml.safe_load(
         (ROOT / "inventory" / "lab" / "group_vars" / "ocr_servers" / "jobs.yml").read_text()

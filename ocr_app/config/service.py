@@ -160,3 +160,18 @@ class OperationSettings(BaseModel):
         "this many seconds (a vllm page that reaches vllm_max_tokens and is retried takes tens of "
         "seconds).",
     )
+    # Disk: a request that cannot be written where the host buffers it fails (nginx's body buffers: a 500),
+    # so the instance leaves the pool before that. The app's own temp directory is always watched.
+    health_disk_paths: list[Path] = Field(
+        [],
+        description="/healthz is 503 degraded while the filesystem of one of these paths (or of the app's "
+        "temp directory, always watched) has less than health_disk_min_free_mb free: e.g. nginx's body "
+        "buffers (/var/lib/nginx) and the journal (/var/log/journal). A path not made yet is measured on "
+        "the filesystem it would be made on.",
+    )
+    health_disk_min_free_mb: int = Field(
+        256,
+        ge=1,
+        description="Free space (MiB, as an unprivileged user sees it) below which a watched filesystem "
+        "takes the instance out (health_disk_paths).",
+    )

@@ -19,6 +19,7 @@ from ..errors import JobsUnavailable
 from ..fleet.shadow import Shadow
 from ..jobs.service import NO_DATABASE, Jobs
 from ..metrics import Metrics
+from ..ocr.health import Problem
 from ..ocr.pipeline import Pipeline
 
 log = logging.getLogger("ocr_app.api")  # the name operators select in the journal (LOGGER=ocr_app.api)
@@ -79,14 +80,14 @@ class AppState:
         self.jobs.check()
         return self.jobs
 
-    def health_status(self) -> tuple[str, str | None]:
+    def health_status(self) -> tuple[str, list[Problem]]:
         """/healthz's status and, when degraded, why."""
         if self.status != "ready":
-            return self.status, None
+            return self.status, []
         if self.stopping or self.admission.draining:
-            return "draining", None
+            return "draining", []
         problems = self.health.problems()
-        return ("degraded", "; ".join(problems)) if problems else ("ready", None)
+        return ("degraded" if problems else "ready"), problems
 
     def fatal(self, reason: str) -> None:
         self.status = "unhealthy"

@@ -10,7 +10,7 @@ from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from ...engines.base import Engine
-from ...schemas import Health
+from ...schemas import Health, HealthProblem
 from ..deps import State
 from ..state import VERSION
 
@@ -19,10 +19,11 @@ router = APIRouter()
 
 @router.get("/healthz", response_model=Health, responses={503: {"model": Health}})
 async def healthz(state: State) -> JSONResponse:
-    status, reason = state.health_status()
+    status, problems = state.health_status()
     body = Health(
         status=status,  # type: ignore[arg-type]
-        reason=reason,
+        reason="; ".join(p.message for p in problems) or None,
+        problems=[HealthProblem(code=p.code, message=p.message) for p in problems],
         model_loaded=state.status == "ready",
         engine=state.engine.name,
         model=state.engine.model,
