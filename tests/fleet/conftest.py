@@ -9,13 +9,16 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 import os
 import re
+import ssl
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+import httpx
 import pytest
 
 from lab import fleet as F
@@ -39,6 +42,7 @@ LINE = re.compile(
     r'"POST /v1/ocr[^"]*" (?P<status>\d+) .* request_id=(?P<rid>\S+) request_time=(?P<rt>[\d.]+) '
     r"upstream=(?P<up>.*?) upstream_status=(?P<us>.*?) upstream_time=.* msec=(?P<msec>[\d.]+)$"
 )
+ALERTMANAGER_PORT = 9093  # the monitoring role's default, on mon-1's loopback
 BRING_UP_S = 1800  # scripts/demo.py's own limit below
 
 
@@ -61,6 +65,18 @@ def lb_servers(fleet: F.Fleet) -> dict[str, dict]:
     out = fleet.lab.exec("lb-1", ["socat", "stdio", "/run/haproxy/admin.sock"], input="show stat\n").stdout
     rows = csv.DictReader(io.StringIO(out.removeprefix("# ")))
     return {r["svname"]: r for r in rows if r["pxname"] == "ocr_servers" and r["svname"] not in ("BACKEND",)}
+
+
+def https_client(fleet: F.Fleet, host: str) -> httpx.Client:
+    """An HTTPS client of the host's own nginx (past HAProxy), verifying it with the fleet's CA."""
+    ca = ssl.create_default_context(cafile=str(fleet.ca_file))  # the chain must verify
+    return httpx.Client(base_url=f"https://{fleet.lab.host(host).address}", verify=ca, timeout=120)
+
+
+def firing(fleet: F.Fleet, alert: str) -> list[dict]:
+    """The alerts of that name mon-1's Alertmanager holds (its API v2 lists the active ones, not resolved)."""
+    alerts = json.loads(fleet.host_get("mon-1", ALERTMANAGER_PORT, "/api/v2/alerts"))
+    return [a for a in alerts if a["labels"]["alertname"] == alert]
 
 
 def log_size(fleet: F.Fleet, host: str) -> int:

@@ -19,14 +19,14 @@ import yaml
 
 from lab.base import wait_until
 
-from .conftest import MULTI, ROOT, say
+from .conftest import MULTI, ROOT, firing, say
 
 pytestmark = [pytest.mark.lab, pytest.mark.timeout(900)]
 
 MON, HOST, UNIT = "mon-1", MULTI, "ocr-app@1.service"
 INSTANCE = f"{HOST}:ocr-app@1"  # the monitoring role's instance label of that target
 ALERT = "OcrInstanceDown"
-PROMETHEUS, ALERTMANAGER = 9090, 9093  # the role's defaults, on mon-1's loopback
+PROMETHEUS = 9090  # the role's default, on mon-1's loopback
 POLL_S = 1.0  # how often the test looks
 SLACK_S = POLL_S + 0.5  # what it measures is late by up to one poll period and one poll (an exec on mon-1)
 # A runtime drop-in (in /run, gone with the host) that keeps the killed instance dead: the failure modelled is
@@ -61,8 +61,7 @@ def get_json(fleet, port: int, path: str):
 
 
 def active_alerts(fleet) -> list[dict]:
-    """OcrInstanceDown alerts Alertmanager holds (its API v2 lists active ones only, not resolved)."""
-    return [a for a in get_json(fleet, ALERTMANAGER, "/api/v2/alerts") if a["labels"]["alertname"] == ALERT]
+    return firing(fleet, ALERT)
 
 
 def all_up(fleet) -> list[dict]:

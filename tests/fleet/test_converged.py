@@ -14,7 +14,6 @@ import socket
 import ssl
 import time
 
-import httpx
 import jiwer
 import pytest
 
@@ -22,17 +21,12 @@ from lab.base import wait_until
 from tests import old_tls
 from tests.docs import TEXTS, encode, render
 
-from .conftest import say
+from .conftest import https_client, say
 
 pytestmark = [pytest.mark.lab, pytest.mark.timeout(1200)]
 
 APP_PORT = 8000
 GPU_METRICS = "/var/lib/prometheus/node-exporter/ocr_gpu.prom"
-
-
-def https_client(fleet, host: str) -> httpx.Client:
-    ca = ssl.create_default_context(cafile=str(fleet.ca_file))  # the chain must verify
-    return httpx.Client(base_url=f"https://{fleet.lab.host(host).address}", verify=ca, timeout=120)
 
 
 def test_https_ocr_through_each_hosts_nginx(fleet):

@@ -1,4 +1,5 @@
-"""A crash costs nothing (`make test-fleet`): `kill -9` of an app instance under load fails no request.
+"""A crash costs nothing (`make test-fleet`): `kill -9` of an app instance under load fails no request; nor
+does a full disk on a third host (tests/fleet/disk.py), which leaves the pool before it can fail one.
 
 Under a constant load (4 clients, documents up to 2 MB) the only instance of app-1 is killed, then one of
 the two instances of app-2. Requests the dead instance held are replayed (nginx: on another of app-2's;
@@ -16,12 +17,14 @@ import re
 import pytest
 
 from lab.base import wait_until
-from tests.fleet.conftest import MULTI, lb_servers, log_size, ocr_lines, say
+from tests.fleet.conftest import MULTI, https_client, lb_servers, log_size, ocr_lines, say
+from tests.fleet.disk import full_disk
 from tests.fleet.load import Load, documents, large_documents
 
 pytestmark = [pytest.mark.lab, pytest.mark.timeout(1800)]
 
 ONE = "app-1"
+FULL = "app-3"  # its disk fills after the crashes
 FAIL_TIMEOUT_S = 10  # nginx_tls_upstream_fail_timeout: nginx tries a failed instance again after this
 MIN_REQUESTS = 60
 
@@ -79,7 +82,7 @@ def crash(fleet, load: Load, host: str, unit: str) -> tuple[float, float]:
     return back, killed_at
 
 
-def test_crash_costs_nothing(fleet):
+def test_a_crash_or_a_full_disk_costs_nothing(fleet):
     assert {lb_servers(fleet)[h]["status"] for h in fleet.apps} == {"UP"}
     assert unit_state(fleet, MULTI, "ocr-app@1.service")[1] == "active", f"{MULTI} has no second instance"
     offsets = {h: log_size(fleet, h) for h in (ONE, MULTI)}
@@ -87,6 +90,7 @@ def test_crash_costs_nothing(fleet):
     try:
         one_back, one_killed = crash(fleet, load, ONE, "ocr-app@0.service")
         multi_back, multi_killed = crash(fleet, load, MULTI, "ocr-app@1.service")
+        full_disk(fleet, load, FULL, lambda host: https_client(fleet, host))
     finally:
         load.finish(MIN_REQUESTS)
     load.check(MIN_REQUESTS, prefix="crash_")

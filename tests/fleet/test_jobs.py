@@ -1,11 +1,13 @@
 """A bulk job loses nothing (`make test-fleet`): while the fleet works one job, an instance is killed
-(`kill -9`), PostgreSQL is restarted, and a host is cut off from the job database for longer than a lease.
+(`kill -9`), PostgreSQL is stopped (until its alerts fire: the database down on its exporter's metrics, the
+job store unreachable on the instances') and started again, and a host is cut off from the job database for
+longer than a lease.
 
 The job is submitted through HAProxy; every instance of the app hosts claims its page ranges. The killed
 instance's range and the cut-off host's range wait for their leases to expire and are read by another
 instance; a restarted database costs the workers their connections, not their work. The result (JSON Lines,
 through HAProxy) must hold every page once, in order, each reading its own number; a synchronous OCR is
-answered while the database restarts. Prints `disrupted job: job_pages_lost=L job_pages_duplicated=D pages=N`
+answered while the database is down. Prints `disrupted job: job_pages_lost=L job_pages_duplicated=D pages=N`
 and each host's share of the pages. A client reads the job's events through it all with a standard SSE
 client (a reconnect of its own mid-job, and those the disruptions cause): every page before the first event
 that says the job is finished.
@@ -18,7 +20,7 @@ import time
 import pytest
 
 from lab.base import wait_until
-from tests.fleet.conftest import MULTI, say
+from tests.fleet.conftest import MULTI, firing, say
 from tests.fleet.jobs import DB_HOST, EventReader, FleetJob
 from tests.fleet.load import documents
 
@@ -52,7 +54,7 @@ def running(st: dict) -> int:
     return st["pages"]["done"]
 
 
-def test_a_job_survives_a_kill_a_database_restart_and_a_cut(fleet):
+def test_a_job_survives_a_kill_a_database_stop_and_a_cut(fleet):
     t0, submitted = time.monotonic(), time.time()
     job = FleetJob.submit(fleet, PAGES, key=f"fleet-disruptions-{int(submitted)}")
     say(f"job {job.job_id}: {PAGES} pages submitted")
@@ -63,13 +65,27 @@ def test_a_job_survives_a_kill_a_database_restart_and_a_cut(fleet):
     fleet.lab.exec(MULTI, ["systemctl", "kill", "--signal=SIGKILL", "ocr-app@1.service"])
     say(f"killed {MULTI}'s ocr-app@1")
 
-    # Restart PostgreSQL mid-job; the synchronous path does not need it.
+    # Stop PostgreSQL mid-job until the alerts say so (the database's exporter: pg_up 0; every instance: its
+    # job store unreachable), then start it again; the synchronous path does not need it.
     at = running(job.wait_pages(25, 600))
-    fleet.lab.exec(DB_HOST, ["systemctl", "restart", "postgresql"])
-    with fleet.client() as c:
-        r = c.post("/v1/ocr", content=documents(1)[0].body, headers={"Content-Type": "image/png"})
-    assert r.status_code == 200, r.text[:300]
-    say(f"PostgreSQL restarted at {at} pages; a synchronous OCR answered 200 meanwhile")
+    fleet.lab.exec(DB_HOST, ["systemctl", "stop", "postgresql"])
+    stopped_at = time.monotonic()
+    try:
+        with fleet.client() as c:
+            r = c.post("/v1/ocr", content=documents(1)[0].body, headers={"Content-Type": "image/png"})
+        assert r.status_code == 200, r.text[:300]
+        down = wait_until(lambda: firing(fleet, "OcrJobDatabaseDown"), 120, "OcrJobDatabaseDown", 1.0)
+        down_s = time.monotonic() - stopped_at
+        assert {(a["labels"]["host"], a["labels"]["job"]) for a in down} == {(DB_HOST, "postgres")}, down
+        apps = wait_until(lambda: firing(fleet, "OcrJobStoreUnreachable"), 120, "OcrJobStoreUnreachable", 1.0)
+        assert {a["labels"]["host"] for a in apps} <= set(fleet.apps), apps
+    finally:
+        fleet.lab.exec(DB_HOST, ["systemctl", "start", "postgresql"])
+    say(
+        f"PostgreSQL stopped at {at} pages for {time.monotonic() - stopped_at:.0f} s: OcrJobDatabaseDown "
+        f"after {down_s:.0f} s, OcrJobStoreUnreachable for {sorted(a['labels']['instance'] for a in apps)}; "
+        "a synchronous OCR answered 200 meanwhile"
+    )
 
     # Cut app-1 from the database for longer than a lease: the others go on and take over its range.
     at = running(job.wait_pages(at + 15, 600))
