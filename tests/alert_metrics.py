@@ -30,6 +30,8 @@ SOURCES = {
     "process_": "app",
     "ocr_gpu_": "gpu_metrics",
     "haproxy_": "haproxy",
+    "node_": "node",
+    "pg_": "postgres",
     "up": "prometheus",
 }
 

@@ -1,6 +1,7 @@
 """The alert rules select series the app really exports (its /metrics, scraped), and every series they select
-has a known exporter. HAProxy's are checked on the fleet's load balancer (tests/fleet), gpu_metrics' in its
-Molecule scenario: each against a real scrape."""
+has a known exporter. HAProxy's are checked on the fleet's load balancer (tests/fleet), gpu_metrics' and
+node-exporter's in gpu_metrics' Molecule scenario, PostgreSQL's exporter's in postgresql's: each against a
+real scrape."""
 
 from __future__ import annotations
 
@@ -12,6 +13,8 @@ from .alert_metrics import missing, selectors, source_of
 def test_every_selected_series_has_an_exporter():
     sels = selectors()
     assert {s.alert for s in sels} >= {"OcrHighErrorRate", "OcrQueueFull", "OcrLbNoServerUp"}  # parsed
+    sources = {source_of(s.metric) for s in sels}
+    assert sources >= {"app", "gpu_metrics", "haproxy", "node", "postgres"}
     assert [s for s in sels if source_of(s.metric) is None] == []
 
 
