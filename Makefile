@@ -107,7 +107,8 @@ timed-%:
 test-fleet: lab-deps venv wheelhouse  ## make demo's fleet with 3 app hosts (3+1+1+1 lab hosts): site.yml from outside, an alert, crashes and rolling upgrades under load (root)
 	$(BIN)/pytest -s -m lab tests/fleet
 
-bench: system-deps venv  ## throughput and latency ratios, measured side by side
+bench: system-deps venv  ## throughput and latency ratios, measured side by side; the development set's CER
+	scripts/install-system-deps.sh bench
 	$(BIN)/python -m bench.run
 
 bench-vllm: system-deps  ## engine vllm in-process vs `vllm serve` (same install, model, client): ratio at c=1, 4

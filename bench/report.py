@@ -11,6 +11,7 @@ GOAL_JOBS_RATIO = 0.95  # job pages/s / the same pages as synchronous requests: 
 GOAL_JOBS_LATENCY_RATIO = 1.25  # /v1/ocr latency beside a running job / without one
 GOAL_SPIN_CPU_RATIO = 0.8  # CPU per page, ONNX Runtime's threads not spinning / spinning (its default)
 GOAL_LAYOUT_RATIO = 1.2  # per page, orientation and layout on / both off, upright single-column pages
+GOAL_DEVSET_MULTI_CER = 0.05  # #41: the development set's multi-column pages' CER; and <= Tesseract's
 
 
 def fmt(v: float | None, spec: str = ".3f") -> str:
@@ -118,6 +119,7 @@ def build_rows(res: dict) -> list[tuple[str, str, str, str, str, str, str]]:
         )
     rows += attack_rows(res.get("attack"))
     rows += layout_rows(res.get("layout"))
+    rows += devset_rows(res.get("devset"))
     dec = res.get("decode")
     if dec:
         rows.append(
@@ -206,6 +208,58 @@ def layout_rows(lay: dict | None) -> list[tuple[str, str, str, str, str, str, st
         cells = [f"{v} {r[v]['cer']:.3f}" + ("" if r[v]["rotation"] == 0 else f" (turned {r[v]['rotation']})")
                  for v in ("upright", "90", "180", "270", "photo")]  # fmt: skip
         rows.append((f"7 CER {r['page']}", "", "", "", "", "", "; ".join(cells)))
+    return rows
+
+
+def devset_rows(ds: dict | None) -> list[tuple[str, str, str, str, str, str, str]]:
+    """Measurement 9: per kind the median CER (reading order) and bag-of-words error, ours beside Tesseract's
+    (the reference), then the layout's share of the engine's time, then each page."""
+    if not ds:
+        return []
+    tess = ds["tesseract"]
+    missing = "Tesseract not installed (apt-get install tesseract-ocr tesseract-ocr-eng)"
+    rows = []
+    for kind, k in ds["kinds"].items():
+        ours, ref = k["ours"], k.get("tesseract")
+        for m, label in (("cer", "CER"), ("bow", "bag-of-words error")):
+            o, r = ours[f"{m}_median"], ref[f"{m}_median"] if ref else None
+            goal, ok = "", None
+            if kind == "multi-column" and m == "cer":
+                goal = f"<= {GOAL_DEVSET_MULTI_CER}, <= Tesseract"
+                ok = o <= GOAL_DEVSET_MULTI_CER and (r is None or o <= r)
+            notes = f"{k['n']} pages, median; mean {fmt(ours[f'{m}_mean'])}"
+            notes += f" vs {fmt(ref[f'{m}_mean'])}" if ref else f"; {missing}"
+            rows.append((f"9 {label} {kind}", fmt(o), fmt(r), fmt(o / r if r else None, ".2f"), goal,
+                         verdict(ok), notes))  # fmt: skip
+    engine, layout = ds["engine_ms"], ds["layout_ms"]
+    ratio = engine / (engine - layout) if engine > layout else None
+    rows.append(
+        (
+            "9 engine with layout / without, all pages  ms",
+            fmt(engine, ".0f"),
+            fmt(engine - layout, ".0f"),
+            fmt(ratio, ".3f"),
+            f"<= {GOAL_LAYOUT_RATIO}",
+            verdict(None if ratio is None else ratio <= GOAL_LAYOUT_RATIO),
+            f"{len(ds['pages'])} pages at {ds['dpi']} dpi; layout {layout:.1f} ms of it; {tess or missing}",
+        )
+    )
+    for r in ds["pages"]:
+        t = r.get("tesseract")
+        rows.append(
+            (
+                f"9 CER {r['page']} ({r['kind']})",
+                fmt(r["ours"]["cer"]),
+                fmt(t["cer"] if t else None),
+                "",
+                "",
+                "",
+                f"bag-of-words {fmt(r['ours']['bow'])} vs {fmt(t['bow'] if t else None)}; "
+                f"{r['ref_words']} words, {r['lines']} lines, turned {r['rotation']}; "
+                f"{r['engine_ms']:.0f} ms (layout {r['layout_ms']:.1f}) vs "
+                + (f"{r['tesseract_ms']:.0f} ms" if t else "-"),
+            )
+        )
     return rows
 
 

