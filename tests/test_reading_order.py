@@ -5,6 +5,7 @@ two-column page read through the real rapidocr engine."""
 from __future__ import annotations
 
 import asyncio
+import itertools
 import random
 
 import jiwer
@@ -149,6 +150,54 @@ def test_a_form_of_short_fields_reads_row_by_row():
     # Two short cells a row, far apart: not columns (cf. test_ocr_contract.test_two_columns_read_row_by_row).
     boxes = [line(60, 60, 110, 44), line(760, 60, 170, 44), line(60, 150, 120, 44), line(760, 150, 100, 44)]
     assert ordered(shuffled(boxes)) == boxes
+
+
+def pieces(x: float, y: float, w: float, cuts: list[float], gap: float = 15) -> list[tuple]:
+    """One printed line from x to x + w on baseline y, as the detector may give it: split at the fractions
+    `cuts` of its width, `gap` blank at each split (a justified line's wide spaces)."""
+    edges = [x, *(x + c * w for c in cuts), x + w]
+    inner = [(a + (gap / 2 if k else 0), b - (gap / 2 if k < len(cuts) else 0))
+             for k, (a, b) in enumerate(itertools.pairwise(edges))]  # fmt: skip
+    return [line(a, y, b - a) for a, b in inner]
+
+
+def justified(x: float, top: float, widths: list[float], splits: dict[int, list[float]]) -> list[list[tuple]]:
+    """A column's lines (pitch 30), each as its boxes left to right; lines in `splits` cut into pieces."""
+    return [pieces(x, top + k * 30, w, splits.get(k, [])) for k, w in enumerate(widths)]
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_justified_columns_on_shared_baselines_with_split_lines_read_column_by_column(seed):
+    # Two justified columns set on the same baselines, 8 rows, 5 lines a side split by the detector into
+    # 2-3 boxes: the split pieces are short, so the boxes no longer fill the column, but the rows do. Read
+    # left column top to bottom (each line's pieces left to right), then the right one; text blocks, no table.
+    left = justified(50, 100, PARAGRAPH, {0: [0.55], 1: [0.4], 3: [0.3, 0.7], 5: [0.35, 0.6], 6: [0.5]})
+    right = justified(
+        480, 100, PARAGRAPH[::-1], {0: [0.6], 2: [0.25, 0.55], 4: [0.5], 5: [0.45], 7: [0.3, 0.65]}
+    )
+    expected = [b for ln in left + right for b in ln]
+    assert ordered(shuffled(expected, seed)) == expected
+    assert {kind for kind, _ in layout(shuffled(expected, seed))} == {"text"}
+
+
+def test_a_table_of_equal_short_cells_on_shared_baselines_reads_row_by_row():
+    # Four columns of figures, every cell the same width (6.5 h: wide enough to be a column, and filling it,
+    # as prose columns do), 6 rows: short cells are a table's, read row by row, not column by column.
+    rows = [[line(50 + c * 170, 40 + r * 28, 130) for c in range(4)] for r in range(6)]
+    expected = [b for row in rows for b in row]
+    assert ordered(shuffled(expected)) == expected
+
+
+@pytest.mark.parametrize(
+    ("width", "columns"), [(140, True), (139, False)], ids=["7h-prose", "under-7h-cells"]
+)
+def test_the_prose_width_limit_between_columns_and_table_cells(width, columns):
+    # Two sides of a gutter, 5 paired rows, each filling its side: lines 7 line heights long (H = 20) are
+    # prose, read column by column; one unit shorter they are a table's cells, read row by row.
+    left = column(50, 100, [width] * 5)
+    right = column(50 + width + 40, 100, [width] * 5)
+    rows = [b for pair in zip(left, right, strict=True) for b in pair]
+    assert ordered(shuffled(left + right)) == (left + right if columns else rows)
 
 
 def test_noise_neither_makes_nor_bridges_a_gutter():

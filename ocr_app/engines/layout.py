@@ -28,12 +28,16 @@ GUTTER_MIN = 0.4
 # characters: those stay rows.
 COLUMN_MIN_WIDTH = 6.0
 COLUMN_MIN_LINES = 2
-# Two sides of a gutter whose lines pair up row by row (80 % of them) are a table or a form (label: value)
-# unless there are 3 rows or more and both sides' lines fill their column (median line at least 70 % of its
-# width), as the lines of text columns set on shared baselines do; a table's cells are ragged. Two rows
+# Two sides of a gutter whose rows pair up (80 % of them) are a table or a form (label: value) unless there
+# are 3 rows or more and both sides read as prose: their rows are long (median at least 7 h, ~16
+# characters: a table's cells, a form's labels and a receipt's prices are a few words or a figure) and fill
+# their column (median row at least 70 % of its width), as the justified lines of text columns set on
+# shared baselines do; a table's cells are short or ragged. A side's row is the union of its boxes on one
+# baseline, since the detector may split a justified line into several boxes at its wide spaces. Two rows
 # tell nothing: they are read as rows, as before. A table is read by rows.
 TABLE_PAIRED = 0.8
 TABLE_MIN_ROWS = 3
+PROSE_MIN_WIDTH = 7.0
 COLUMN_MIN_FILL = 0.7
 # Noise (a speck, a bullet, a vertical rule, a stray character) neither bridges nor makes a gutter: a box
 # under 0.6 h wide or 0.4 h tall is left out of the column geometry and follows the side its centre is on.
@@ -102,25 +106,45 @@ def reading_groups(boxes: list[Box]) -> list[list[int]]:
                 return at
         return None
 
+    def side_rows(side: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """(y0, y1, x0, x1) of the side's rows: boxes whose centres lie within half a line height of the
+        one before (sorted by centre) are one row, the pieces of one printed line among them."""
+        centre = (y0s[side] + y1s[side]) / 2
+        ids = side[np.argsort(centre, kind="stable")]
+        c = np.sort(centre)
+        starts = np.flatnonzero(np.r_[True, np.diff(c) > 0.5 * h])
+        return (
+            np.minimum.reduceat(y0s[ids], starts),
+            np.maximum.reduceat(y1s[ids], starts),
+            np.minimum.reduceat(x0s[ids], starts),
+            np.maximum.reduceat(x1s[ids], starts),
+        )
+
     def table(left: np.ndarray, a: Span, right: np.ndarray, b: Span) -> bool:
         """Whether the lines each side of a gutter are a table's cells rather than two columns of text:
-        they pair up row by row (TABLE_PAIRED of them) and either are few (under TABLE_MIN_ROWS rows tell
-        nothing) or one side's lines are ragged (their median under COLUMN_MIN_FILL of its width).
-        Columns set on shared baselines pair up too, but their lines fill them."""
-        m = min(len(left), len(right))
-        p = left[np.argsort(y0s[left], kind="stable")][:m]
-        q = right[np.argsort(y0s[right], kind="stable")][:m]
-        overlap = np.minimum(y1s[p], y1s[q]) - np.maximum(y0s[p], y0s[q])
-        paired = int(np.count_nonzero(overlap >= 0.5 * np.minimum(y1s[p] - y0s[p], y1s[q] - y0s[q])))
-        if paired < TABLE_PAIRED * max(len(left), len(right)):
+        their rows pair up (TABLE_PAIRED of them) and either are few (under TABLE_MIN_ROWS rows tell
+        nothing) or one side does not read as prose (rows under PROSE_MIN_WIDTH, or under COLUMN_MIN_FILL
+        of its width). Columns set on shared baselines pair up too, but their rows are long and fill them."""
+        if not len(left) or not len(right):
             return False
-        if paired < TABLE_MIN_ROWS:
+        rows = [side_rows(left), side_rows(right)]
+        few, many = sorted(rows, key=lambda r: len(r[0]))
+        # Each row of the side with fewer rows, against the other side's row nearest its centre.
+        centres = (many[0] + many[1]) / 2
+        at = np.searchsorted(centres, (few[0] + few[1]) / 2)
+        near = np.clip(np.stack([at - 1, at]), 0, len(centres) - 1)
+        overlap = np.minimum(few[1], many[1][near]) - np.maximum(few[0], many[0][near])
+        ok = overlap >= 0.5 * np.minimum(few[1] - few[0], many[1][near] - many[0][near])
+        count = int(np.count_nonzero(ok.any(axis=0)))
+        if count < TABLE_PAIRED * len(many[0]):
+            return False
+        if count < TABLE_MIN_ROWS:
             return True
-        fill = [
-            float(np.sort(x1s[side] - x0s[side])[len(side) // 2]) / (span[1] - span[0])
-            for side, span in ((left, a), (right, b))
-        ]
-        return min(fill) < COLUMN_MIN_FILL
+        for (_, _, r0, r1), span in zip(rows, (a, b), strict=True):
+            width = float(np.median(r1 - r0))
+            if width < PROSE_MIN_WIDTH * h or width < COLUMN_MIN_FILL * (span[1] - span[0]):
+                return True
+        return False
 
     # A solid box's span; noise has none (it follows the side its centre is on).
     spans: list[Span | None] = [(b[0], b[2], 1) if ok else None for b, ok in zip(boxes, solid, strict=True)]
@@ -207,8 +231,10 @@ def reading_groups(boxes: list[Box]) -> list[list[int]]:
         out: list[list[int]] = []
         rows: list[int] = []  # consecutive bands without a gutter: rows, sorted together
         for run, count, run_union in runs:
-            if count == 1 and (len(run_union) < 2 or not gutters(run_union, lines=False)):
-                rows += run
+            if count == 1 and (
+                len(run_union) < 2 or not gutters(run_union, lines=False) or len(line_rows(boxes, run)) == 1
+            ):
+                rows += run  # no gutter, or one row of boxes (a line the detector split at wide spaces)
             else:
                 out += rows_of(rows) + order(run, depth + 1)
                 rows = []
@@ -263,8 +289,10 @@ SPACING = 0.4
 TITLE_HEIGHT = 1.3
 TITLE_MAX_ROWS = 3
 # A group of at least TABLE_MIN_ROWS rows of which TABLE_CELL_SHARE hold two cells or more (lines side by
-# side that the XY-cut kept as rows: table cells, a receipt's item and price) is one table block.
+# side that the XY-cut kept as rows: table cells, a receipt's item and price) is one table block. Boxes of a
+# row less than CELL_GAP h apart are one cell: the pieces of a line the detector split at wide spaces.
 TABLE_CELL_SHARE = 0.5
+CELL_GAP = 1.0
 # A header (footer) is a block of at most MARGIN_MAX_ROWS body-size rows lying within the top (bottom)
 # MARGIN_BAND of the page, above (below) every other block: a running head, a page number.
 MARGIN_BAND = 0.1
@@ -289,6 +317,9 @@ def page_layout(boxes: list[Box], page_height: float = 1.0) -> list[Block]:
     def tall(row: list[int]) -> bool:
         return h > 0 and max(heights[i] for i in row) >= TITLE_HEIGHT * h
 
+    def cells(row: list[int]) -> int:  # the row's boxes left to right, those under CELL_GAP h apart as one
+        return 1 + sum(boxes[j][0] - boxes[i][2] >= CELL_GAP * h for i, j in itertools.pairwise(row))
+
     def block(kind: str, row_list: list[list[int]]) -> Block:
         ids = [i for row in row_list for i in row]
         bbox = (
@@ -302,7 +333,7 @@ def page_layout(boxes: list[Box], page_height: float = 1.0) -> list[Block]:
     out: list[Block] = []
     for group in groups:
         rows = line_rows(boxes, group)
-        if len(rows) >= TABLE_MIN_ROWS and sum(len(r) > 1 for r in rows) >= TABLE_CELL_SHARE * len(rows):
+        if len(rows) >= TABLE_MIN_ROWS and sum(cells(r) > 1 for r in rows) >= TABLE_CELL_SHARE * len(rows):
             out.append(block("table", rows))
             continue
         tops = [min(boxes[i][1] for i in r) for r in rows]
