@@ -40,7 +40,7 @@ import numpy as np
 from pebble import ProcessExpired, ProcessPool
 from PIL import Image
 
-from ..config import Settings
+from ..config import MiB, Settings
 from ..errors import DecodeCpuLimit, DecodeMemoryLimit, InvalidDocument, NotReady, OcrError
 from ..sched import to_job_priority
 from .image import Limits, PageImage
@@ -49,7 +49,6 @@ from .upload import MULTIPART_TYPE, classify, extract_multipart_file, normalise_
 
 log = logging.getLogger("ocr_app.decode")
 T = TypeVar("T")
-MiB = 1024 * 1024
 OUT_OF_MEMORY_EXIT = 3  # a worker's exit status after a MemoryError
 M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3  # mallopt(3)'s parameters, from glibc's malloc.h
 # Pillow imports its format plugins on first use: here, once in the forkserver, not in each new worker.

@@ -19,8 +19,8 @@ from ..errors import JobsUnavailable
 from ..fleet.shadow import Shadow
 from ..jobs.service import NO_DATABASE, Jobs
 from ..metrics import Metrics
-from ..ocr.health import Problem
 from ..ocr.pipeline import Pipeline
+from ..schemas import HealthProblem
 
 log = logging.getLogger("ocr_app.api")  # the name operators select in the journal (LOGGER=ocr_app.api)
 
@@ -80,7 +80,7 @@ class AppState:
         self.jobs.check()
         return self.jobs
 
-    def health_status(self) -> tuple[str, list[Problem]]:
+    def health_status(self) -> tuple[str, list[HealthProblem]]:
         """/healthz's status and, when degraded, why."""
         if self.status != "ready":
             return self.status, []

@@ -26,14 +26,13 @@ import tempfile
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 
-from ..config import Settings
+from ..config import MiB, Settings
 from ..documents.decode import DecodePool
 from ..engines.base import Engine
 from ..metrics import Metrics
-from ..schemas import HealthProblemCode
+from ..schemas import HealthProblem, HealthProblemCode
 
 log = logging.getLogger("ocr_app.health")
 
@@ -43,15 +42,11 @@ LAG_INTERVAL_S = 0.25
 # How often the watched filesystems' free space is read (statvfs, in a thread: a hung mount never blocks the
 # loop); with the load balancers' check interval it bounds how long a full disk keeps the instance in.
 DISK_INTERVAL_S = 1.0
-MiB = 1024 * 1024
 
 
-@dataclass(frozen=True)
-class Problem:
+def problem(code: HealthProblemCode, message: str) -> HealthProblem:
     """One reason the instance cannot take new work: a code for machines, a sentence for people."""
-
-    code: HealthProblemCode
-    message: str
+    return HealthProblem(code=code, message=message)
 
 
 def free_bytes(path: Path) -> tuple[Path, int]:
@@ -98,7 +93,7 @@ class HealthMonitor:
         finally:
             self.engine_requests -= 1
 
-    def problems(self) -> list[Problem]:
+    def problems(self) -> list[HealthProblem]:
         """Why this instance cannot take new work in reasonable time; empty when it can. Cheap: no I/O but the
         engine's one driver call."""
         s = self.settings
@@ -106,7 +101,7 @@ class HealthMonitor:
         found = []
         if self._lag_seen_at is not None and now - self._lag_seen_at < s.health_loop_lag_window_s:
             found.append(
-                Problem(
+                problem(
                     "event_loop_lag",
                     f"event loop lag {self._lag_seen_s:.2f} s (over health_loop_lag_s "
                     f"{s.health_loop_lag_s:g}) {now - self._lag_seen_at:.0f} s ago",
@@ -115,18 +110,18 @@ class HealthMonitor:
         started = self._probe_started
         if started is not None and not self._probe_done() and now - started > s.health_decode_stall_s:
             found.append(
-                Problem(
+                problem(
                     "decode_pool_stalled",
                     f"decode pool stalled: a probe waited {now - started:.1f} s for one of "
                     f"{self.decode_pool.workers} workers (health_decode_stall_s {s.health_decode_stall_s:g})",
                 )
             )
         if self._decode_error is not None:
-            found.append(Problem("decode_pool_failing", f"decode pool failing: {self._decode_error}"))
+            found.append(problem("decode_pool_failing", f"decode pool failing: {self._decode_error}"))
         self._note_engine_progress(now)
         if self.engine_requests and now - self._engine_progress_at > s.health_engine_stall_s:
             found.append(
-                Problem(
+                problem(
                     "engine_wedged",
                     f"engine wedged: {self.engine_requests} request(s) in it and no page finished for "
                     f"{now - self._engine_progress_at:.1f} s (health_engine_stall_s "
@@ -135,8 +130,8 @@ class HealthMonitor:
             )
         device = self.engine.device_problem()
         if device is not None:
-            found.append(Problem("device", device))
-        found.extend(Problem("disk_low", why) for why in self._disk_low.values())
+            found.append(problem("device", device))
+        found.extend(problem("disk_low", why) for why in self._disk_low.values())
         return found
 
     def _note_engine_progress(self, now: float) -> None:

@@ -29,7 +29,7 @@ from typing import Any
 
 from PIL import Image
 
-from ...config import Settings
+from ...config import MiB, Settings
 from ...documents.image import PageImage
 from ..base import (
     SELF_TEST_TEXT,
@@ -48,7 +48,6 @@ from .runtime import Vllm, VllmMetrics, import_vllm, in_daemon_thread, weight_fi
 
 log = logging.getLogger("ocr_app.engines.vllm")
 
-MiB = 1024 * 1024
 WATCH_INTERVAL_S = 1.0
 WARMUP_MAX_TOKENS = 64
 # vLLM's priority for a bulk job's pages (lower goes first; interactive pages are 0).

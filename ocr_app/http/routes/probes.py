@@ -9,8 +9,9 @@ from fastapi import APIRouter
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from ...config import MiB
 from ...engines.base import Engine
-from ...schemas import Health, HealthProblem
+from ...schemas import Health
 from ..deps import State
 from ..state import VERSION
 
@@ -23,7 +24,7 @@ async def healthz(state: State) -> JSONResponse:
     body = Health(
         status=status,  # type: ignore[arg-type]
         reason="; ".join(p.message for p in problems) or None,
-        problems=[HealthProblem(code=p.code, message=p.message) for p in problems],
+        problems=problems,
         model_loaded=state.status == "ready",
         engine=state.engine.name,
         model=state.engine.model,
@@ -67,4 +68,4 @@ def _available_memory_mb() -> int:
         if limit != "max":
             room = int(limit) - int((cg / "memory.current").read_text())
             avail = room if avail is None else min(avail, room)
-    return max(0, (avail or 0) // (1024 * 1024))
+    return max(0, (avail or 0) // MiB)
