@@ -62,7 +62,7 @@ lint-code: venv
 TEST_APP_WORKERS ?= 2
 
 test-app: system-deps venv  ## the service's tests (no root needed), TEST_APP_WORKERS processes
-	$(BIN)/pytest -n $(TEST_APP_WORKERS) --dist loadfile -m "not lab and not browser" tests
+	$(BIN)/pytest -n $(TEST_APP_WORKERS) --dist loadfile --durations=12 -m "not lab and not browser" tests
 
 test-web: system-deps browser-deps venv  ## the web page at / in headless Chromium, against the real app (no root needed)
 	$(BIN)/pytest -m browser tests/web
@@ -75,16 +75,18 @@ vllm-venv:  ## the vLLM (CPU build) test venv: built once (~5 min), then reused 
 	$(PYTHON) tests/vllm/venv.py
 
 test-vllm: system-deps  ## engine vllm on vLLM's CPU build with a tiny LightOnOCR model, real HTTP (no root)
-	$(VLLM_RUN) -m pytest tests/vllm
+	$(VLLM_RUN) -m pytest --durations=8 tests/vllm
 
 test-lab: lab-deps venv  ## the nspawn lab's self-test (root)
 	$(BIN)/pytest -m lab tests/lab
 
 # The stages, in groups run one after another. A group's stages (joined by +) run side by side, each one's output
-# printed whole as it ends: alone, each keeps less than a core busy (lint, test-vllm, test-web, test-lab); the other
-# stages take both cores. Each stage's duration is printed as it ends, each group's too, and all of them at the end,
-# so the 45-minute budget stays visible.
-TEST_GROUPS := lint+test-vllm+test-web+test-lab test-app test-roles test-fleet
+# printed whole as it ends: alone, each keeps less than a core busy (lint, test-vllm, test-web, test-lab); test-roles
+# takes both cores; test-fleet leaves about a sixth of them idle, most of it while its hosts come up, which
+# test-app (both cores for about 4 minutes) fills (tests/fleet/conftest.py runs the fleet's untimed tests first).
+# Each stage's duration is printed as it ends, each group's too, and all of them at the end, so the 45-minute
+# budget stays visible.
+TEST_GROUPS := lint+test-vllm+test-web+test-lab test-roles test-app+test-fleet
 
 test: system-deps browser-deps lab-deps venv wheelhouse  ## everything, from nothing: lint, app, vllm, web, lab, roles, fleet
 	@times="$$(mktemp)"; trap 'rm -f "$$times"' EXIT; total=$$(date +%s); \

@@ -175,13 +175,21 @@ def test_metrics_export_ours_and_vllms(server, png):
 STRICT_DEADLINE_S = 8
 
 
-@pytest.fixture(scope="module")
-def strict(tmp_path_factory, tiny_checkpoint, vllm_env):
-    """A second app with a short deadline and no grounding; the last test kills its engine core."""
+@pytest.fixture(scope="module", autouse=True)
+def strict_loading(tmp_path_factory, tiny_checkpoint, vllm_env, server):
+    """A second app with a short deadline and no grounding, started (not waited for) as soon as `server` is
+    ready, so that its engine loads while the tests of `server` run rather than after them: a load is about
+    a minute, mostly on one core. The last test kills its engine core."""
     settings = vllm_settings(tiny_checkpoint, request_timeout_s=STRICT_DEADLINE_S, vllm_grounding=False)
-    srv = VllmServer(tmp_path_factory.mktemp("strict"), vllm_env, **settings).start()
+    srv = VllmServer(tmp_path_factory.mktemp("strict"), vllm_env, **settings).start(wait_ready=False)
     yield srv
     srv.stop(signal.SIGKILL)
+
+
+@pytest.fixture(scope="module")
+def strict(strict_loading):
+    strict_loading.wait_status("ready", timeout=900)
+    return strict_loading
 
 
 def test_request_past_its_deadline_is_504_and_aborted(strict, png):
