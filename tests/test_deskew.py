@@ -135,7 +135,8 @@ def test_an_upright_page_is_laid_out_exactly_as_before(name, degrees):
 def test_lines_at_mixed_angles_are_not_turned():
     boxes = two_columns()
     rng = random.Random(1)
-    polygons = np.concatenate([tilted([b], rng.uniform(-4, 4)) for b in boxes])
+    # Spread over 0-4°: their median (~2°) is no tilt the lines share, a quarter of them near it.
+    polygons = np.concatenate([tilted([b], rng.uniform(0, 4)) for b in boxes])
     assert page_skew(polygons) == 0.0
     assert read(polygons)[1] == read(polygons, deskew=False)[1]
 
