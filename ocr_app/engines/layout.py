@@ -306,8 +306,15 @@ class Block:
     lines: list[int]  # indices of its boxes, in reading order
 
 
-def page_layout(boxes: list[Box], page_height: float = 1.0) -> list[Block]:
-    """The page's blocks in reading order; their lines, one block after another, are reading_order(boxes)."""
+def page_layout(boxes: list[Box], page_height: float = 1.0, upright: list[Box] | None = None) -> list[Block]:
+    """The page's blocks in reading order; their lines, one block after another, are reading_order(boxes).
+
+    With `upright` (the same lines' boxes on the page deskewed, see deskewed()), the order and the blocks
+    come from those, while each block's bbox stays the union of its lines' `boxes`: the page as sent."""
+    sent = boxes
+    if upright is not None:
+        assert len(upright) == len(boxes)
+        boxes = upright
     groups = reading_groups(boxes)
     if not groups:
         return []
@@ -357,6 +364,14 @@ def page_layout(boxes: list[Box], page_height: float = 1.0) -> list[Block]:
         bottom = max(b.bbox[3] for b in out[:-1])
         if _margin(last, boxes, tall) and last.bbox[1] >= max((1 - MARGIN_BAND) * page_height, bottom):
             last.type = "footer"
+    if upright is not None:  # the blocks found upright, their boxes on the page as sent
+        for b in out:
+            b.bbox = (
+                min(sent[i][0] for i in b.lines),
+                min(sent[i][1] for i in b.lines),
+                max(sent[i][2] for i in b.lines),
+                max(sent[i][3] for i in b.lines),
+            )
     return out
 
 
@@ -364,3 +379,61 @@ def _margin(b: Block, boxes: list[Box], tall: Callable[[list[int]], bool]) -> bo
     """Whether a block could be a running head or foot: a short one of body-size text."""
     rows = line_rows(boxes, b.lines)
     return b.type == "text" and len(rows) <= MARGIN_MAX_ROWS and not any(tall(r) for r in rows)
+
+
+# Deskew. A scanned page is often tilted by a degree or two; over a 2000 px column that drift is the
+# whole gutter, so no blank strip runs a column's height and the XY-cut reads across the columns. The
+# detector's line polygons are slanted with the page: the page's tilt is the median angle of the top and
+# bottom edges of its long lines, those at least SKEW_LINE_LENGTH line heights long (~14 characters: a
+# text line, a table's longer cells; shorter boxes, a page number, a figure, a stray character, give their
+# edges' angle only to a pixel or two over their length, a degree or more off). It is trusted on at least
+# SKEW_MIN_LINES long lines of which SKEW_AGREE agree with the median to within SKEW_TOLERANCE degrees (the
+# lines of a scanned page share its tilt to a few tenths of a degree; mixed angles are a collage, curved
+# text or noise: not turned). Under SKEW_FLOOR degrees the page is read as it is (a 2000 px column drifts
+# by ~3 px); over SKEW_MAX degrees too, as before deskew: larger angles are photographs or inserts set at
+# an angle, not a scanner's tilt. On the dev set (bench/devset.py, its tables tilted like its text) 6 h
+# also levels its unruled tables, which 8 h leaves out; no page reads worse.
+SKEW_LINE_LENGTH = 6.0
+SKEW_MIN_LINES = 5
+SKEW_AGREE = 0.6
+SKEW_TOLERANCE = 0.5
+SKEW_FLOOR = 0.1
+SKEW_MAX = 5.0
+
+
+def page_skew(polygons: np.ndarray) -> float:
+    """The page's tilt in degrees (positive: its lines descend to the right, in image coordinates, y
+    down), from the detector's line polygons (n, 4, 2: top-left, top-right, bottom-right, bottom-left);
+    0 when there are too few long lines, when they disagree, or when it is under SKEW_FLOOR or over
+    SKEW_MAX (read as it is)."""
+    quads = np.asarray(polygons, dtype=np.float64)
+    if quads.ndim != 3 or quads.shape[1:] != (4, 2) or len(quads) < SKEW_MIN_LINES:
+        return 0.0
+    top, bottom = quads[:, 1] - quads[:, 0], quads[:, 2] - quads[:, 3]
+    length = (np.hypot(top[:, 0], top[:, 1]) + np.hypot(bottom[:, 0], bottom[:, 1])) / 2
+    height = (np.hypot(*(quads[:, 3] - quads[:, 0]).T) + np.hypot(*(quads[:, 2] - quads[:, 1]).T)) / 2
+    h = float(np.median(height))
+    long = (length >= SKEW_LINE_LENGTH * h) & (top[:, 0] > 0) & (bottom[:, 0] > 0)
+    if not h > 0 or np.count_nonzero(long) < SKEW_MIN_LINES:
+        return 0.0
+    angles = np.degrees(
+        np.r_[np.arctan2(top[long, 1], top[long, 0]), np.arctan2(bottom[long, 1], bottom[long, 0])]
+    )
+    angle = float(np.median(angles))
+    if np.count_nonzero(np.abs(angles - angle) <= SKEW_TOLERANCE) < SKEW_AGREE * len(angles):
+        return 0.0
+    angle = round(angle, 2)  # to a hundredth of a degree: the limits hold as written
+    return angle if SKEW_FLOOR < abs(angle) <= SKEW_MAX else 0.0
+
+
+def deskewed(polygons: np.ndarray, angle: float, centre: tuple[float, float]) -> list[Box]:
+    """The axis-aligned boxes of the polygons turned by -angle degrees about the centre: the page upright,
+    for the layout to order and group its lines; the boxes given back stay those of the page as sent."""
+    quads = np.asarray(polygons, dtype=np.float64).reshape(-1, 4, 2)
+    a = np.radians(-angle)
+    c, s = np.cos(a), np.sin(a)
+    x, y = quads[..., 0] - centre[0], quads[..., 1] - centre[1]
+    xs, ys = c * x - s * y + centre[0], s * x + c * y + centre[1]
+    return list(
+        zip(xs.min(1).tolist(), ys.min(1).tolist(), xs.max(1).tolist(), ys.max(1).tolist(), strict=True)
+    )

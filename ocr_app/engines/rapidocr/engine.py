@@ -31,7 +31,7 @@ from PIL import Image
 from ...documents.image import PageImage
 from ...sched import JOB_PRIORITY, to_job_priority
 from ..base import Engine, EngineBlock, EngineError, EngineLine, EnginePage, PriorityGate, model_label
-from ..layout import Box, page_layout
+from ..layout import Box, deskewed, page_layout, page_skew
 from .orientation import ROTATIONS, oriented, unrotate
 from .revision import check_revision
 
@@ -214,7 +214,7 @@ class RapidOcrEngine(Engine):
             with self._count_lock:
                 self.rotations[rotation] += 1
             width, height = size[::-1] if rotation in (90, 270) else size
-            page = _to_page(out, width, height)
+            page = _to_page(out, width, height, deskew=False)  # turned: as before
             items: list[EngineLine | EngineBlock] = [*page.lines, *page.blocks]
             for item in items:
                 item.bbox = unrotate(item.bbox, rotation)
@@ -256,11 +256,15 @@ def _call_soon(loop: asyncio.AbstractEventLoop, fn: Callable[[], object]) -> Non
         loop.call_soon_threadsafe(fn)
 
 
-def _to_page(out: Any, width: int, height: int) -> EnginePage:
+def _to_page(out: Any, width: int, height: int, deskew: bool = True) -> EnginePage:
+    """The page from RapidOCR's output: its lines in reading order, grouped in blocks (page_layout), on a
+    page `width` by `height` pixels. A page tilted by a small angle (page_skew, up to SKEW_MAX degrees) is
+    laid out upright with `deskew` (not on a page the orientation step turned), its boxes given as sent."""
     if out is None or getattr(out, "boxes", None) is None or not getattr(out, "txts", None):
         return EnginePage(lines=[])
+    polygons = np.asarray(out.boxes, dtype=np.float64)
     boxes: list[Box] = []  # in pixels, clipped to the page
-    for poly in np.asarray(out.boxes, dtype=np.float64):
+    for poly in polygons:
         xs, ys = poly[:, 0], poly[:, 1]
         x0, x1 = max(0.0, xs.min()), min(float(width), xs.max())
         y0, y1 = max(0.0, ys.min()), min(float(height), ys.max())
@@ -272,7 +276,9 @@ def _to_page(out: Any, width: int, height: int) -> EnginePage:
 
     # In pixels: the layout's thresholds are in line heights on both axes, which a page normalised to
     # 0-1 would stretch by its aspect ratio (a wide page's columns would look too narrow to be columns).
-    layout = page_layout(boxes, float(height))
+    angle = page_skew(polygons) if deskew else 0.0
+    upright = deskewed(polygons, angle, (width / 2, height / 2)) if angle else None
+    layout = page_layout(boxes, float(height), upright)
     lines: list[EngineLine] = []
     blocks: list[EngineBlock] = []
     for block in layout:  # the lines of one block after another: the reading order
