@@ -385,6 +385,9 @@ def test_estimated_word_boxes_share_the_line_by_characters():
     assert [w.text for w in ws] == ["ab", "cdef"]
     # 8 characters over 800 px: "ab" the first 2, "cdef" the last 4.
     assert [w.box for w in ws] == [(100, 10, 300, 50), (500, 10, 900, 50)]
+    # Blanks around the text are not on the page: the share runs from the first character to the last.
+    ws = geometry.words(Line(text=" xy z ", bbox=(0.0, 0.0, 0.4, 1.0), confidence=0.7), p)
+    assert [w.box for w in ws] == [(0, 0, 200, 100), (300, 0, 400, 100)]
     assert geometry.words(Line(text="x y", bbox=None, confidence=0.1), p)[0].box is None
     # A box at the page's edge stays inside it, at least a pixel wide.
     edge = geometry.pixel_box((0.9999, 0.0, 1.0, 1.0), p)
