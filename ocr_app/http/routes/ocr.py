@@ -71,7 +71,9 @@ async def ocr(
         alias="format",
         description="the result's format: json (the default), text, markdown, hocr or alto; without it, "
         "Accept chooses. pdf is named but not available yet (422 format_unavailable)",
-        max_length=40,
+        # The names in OpenAPI; the route checks them itself (ocr_app/ocr/formats/negotiate.py), so that an
+        # unknown one is answered with the list and pdf with format_unavailable.
+        json_schema_extra={"enum": [*formats.FORMATS, *formats.UNAVAILABLE]},
     ),
 ) -> OcrResponse | Response:
     s = state.settings
