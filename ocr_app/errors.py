@@ -46,6 +46,18 @@ class UnsupportedMediaType(OcrError):
     code = "unsupported_media_type"
 
 
+class FormatUnavailable(InvalidParameter):
+    """A result format the API names but this release does not build (format=pdf)."""
+
+    code = "format_unavailable"
+
+
+class NotAcceptable(OcrError):
+    """An Accept header that allows none of the formats the route answers with."""
+
+    code = "not_acceptable"
+
+
 class InvalidDocument(OcrError):
     """A document that cannot be read: undecodable, truncated, malformed, or one its decoder crashed on."""
 

@@ -1,14 +1,19 @@
 """POST /v1/ocr: the request checked (engine ready, media type, pages, max_tokens, declared length), then one
 call into the pipeline (ocr_app/ocr/pipeline.py: admission, decode, engine), which reads the body once the
-request holds a slot."""
+request holds a slot. The answer leaves in the format asked for (`format=` or `Accept`: ocr_app/ocr/formats/),
+chosen before any work is done."""
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Depends, Query, Request
+from typing import Any
+
+from fastapi import APIRouter, Depends, Query, Request, Response
 
 from ...documents.upload import parse_page_selection
 from ...errors import NotReady
 from ...fleet.shadow import SHADOW_HEADER, Offer
+from ...ocr import formats
+from ...ocr.formats.negotiate import choose
 from ...ocr.pipeline import Job, Trace
 from ...schemas import OcrResponse
 from ..deps import (
@@ -26,15 +31,34 @@ from ..errors import ERROR_RESPONSES
 router = APIRouter()
 
 
+# OpenAPI: the other formats' media types beside JSON, and the errors of format= and Accept.
+FORMAT_RESPONSES: dict[int | str, dict[str, Any]] = {
+    200: {
+        "description": "the result: JSON (OcrResponse) unless format= or Accept asks for another format",
+        "content": {
+            t: {"schema": {"type": "string"}}
+            for t in ("text/plain", "text/markdown", "application/xhtml+xml", "application/alto+xml")
+        },
+    },
+    **ERROR_RESPONSES,
+    406: {**ERROR_RESPONSES[422], "description": "not_acceptable: Accept allows none of the formats"},
+    422: {
+        **ERROR_RESPONSES[422],
+        "description": "invalid_parameter (an unknown format= among them) or format_unavailable (pdf)",
+    },
+}
+
+
 @router.post(
     "/v1/ocr",
     response_model=OcrResponse,
-    responses=ERROR_RESPONSES,
+    responses=FORMAT_RESPONSES,
     openapi_extra=DOCUMENT_BODY,
     summary="OCR an image or a PDF",
 )
 async def ocr(
     request: Request,
+    response: Response,
     state: State,
     caller: str = Depends(require_caller),
     pages: str | None = Query(None, description="PDF/TIFF pages, e.g. 1-3,5", max_length=200),
@@ -42,12 +66,22 @@ async def ocr(
     max_tokens: int | None = Query(
         None, ge=1, description="vllm engine: the most tokens the model may write per page"
     ),
-) -> OcrResponse:
+    format_name: str | None = Query(
+        None,
+        alias="format",
+        description="the result's format: json (the default), text, markdown, hocr or alto; without it, "
+        "Accept chooses. pdf is named but not available yet (422 format_unavailable)",
+        # The names in OpenAPI; the route checks them itself (ocr_app/ocr/formats/negotiate.py), so that an
+        # unknown one is answered with the list and pdf with format_unavailable.
+        json_schema_extra={"enum": [*formats.FORMATS, *formats.UNAVAILABLE]},
+    ),
+) -> OcrResponse | Response:
     s = state.settings
     if state.status != "ready":
         raise NotReady(state.status)
     content_type = request.headers.get("content-type", "")
     check_media_type(content_type)
+    fmt, media_type = choose(format_name, request.headers.get("accept"))
     job = Job(content_type, parse_page_selection(pages, s.max_pages), preview, max_tokens)
     check_max_tokens(max_tokens, s.vllm_max_tokens_cap)
     check_declared_length(request, s.max_upload_bytes)
@@ -60,7 +94,11 @@ async def ocr(
         request.state.bytes, request.state.pages = trace.bytes, trace.pages
     if s.shadow_file is not None and SHADOW_HEADER not in request.headers:  # a replay is not replayed
         request.state.shadow = _shadow_offer(request, upload.body, content_type, answer)
-    return answer
+    response.headers["Vary"] = "Accept"
+    if fmt.render is None:
+        return answer  # JSON, serialised by FastAPI as it always was
+    body = formats.render(fmt, answer)
+    return Response(body, media_type=f"{media_type}; charset=utf-8", headers={"Vary": "Accept"})
 
 
 def _shadow_offer(request: Request, body: bytes, content_type: str, answer: OcrResponse) -> Offer:
@@ -69,7 +107,8 @@ def _shadow_offer(request: Request, body: bytes, content_type: str, answer: OcrR
     return Offer(
         body=body,
         content_type=content_type,
-        query=tuple((k, v) for k, v in request.query_params.multi_items() if k != "preview"),
+        # format= left out too: the canary answers JSON, and JSON is what the shadow comparison reads.
+        query=tuple((k, v) for k, v in request.query_params.multi_items() if k not in ("preview", "format")),
         auth={h: request.headers[h] for h in KEY_HEADERS if h in request.headers},
         request_id=request.state.request_id,
         answer=answer,

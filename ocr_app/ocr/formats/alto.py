@@ -1,0 +1,76 @@
+"""format=alto: ALTO 4 (https://www.loc.gov/standards/alto/), measured in pixels of the page as sent.
+
+A `Page` per page (`WIDTH`, `HEIGHT`, `PHYSICAL_IMG_NR` its page number) with one `PrintSpace` over the
+whole page, a `TextBlock` per layout block, a `TextLine` per line and a `String` per word (`CONTENT`,
+`HPOS`, `VPOS`, `WIDTH`, `HEIGHT`, `WC`: the line's confidence, 0-1), an `SP` between two words. Word boxes
+are estimated from their line's (geometry.py); a line the engine could not localise (`bbox` null) and its
+words carry no position. Built with xml.etree: the text is escaped by the serialiser.
+"""
+
+from __future__ import annotations
+
+import xml.etree.ElementTree as ET
+
+from ... import __version__
+from ...schemas import OcrResponse, Page
+from .geometry import Box, pixel_box, union, words
+
+MEDIA_TYPE = "application/alto+xml"
+ALTO = "http://www.loc.gov/standards/alto/ns-v4#"
+XSI = "http://www.w3.org/2001/XMLSchema-instance"
+SCHEMA_LOCATION = f"{ALTO} http://www.loc.gov/standards/alto/v4/alto-4-4.xsd"
+
+
+def _el(parent: ET.Element | None, tag: str, **attrib: str) -> ET.Element:
+    return ET.Element(tag, attrib) if parent is None else ET.SubElement(parent, tag, attrib)
+
+
+def _position(box: Box | None) -> dict[str, str]:
+    if box is None:
+        return {}
+    x0, y0, x1, y1 = box
+    return {"HPOS": str(x0), "VPOS": str(y0), "WIDTH": str(x1 - x0), "HEIGHT": str(y1 - y0)}
+
+
+def render(response: OcrResponse) -> bytes:
+    # Unqualified names in the default namespace, declared on the root; xsi's prefix is ElementTree's own.
+    alto = _el(None, "alto", xmlns=ALTO, **{f"{{{XSI}}}schemaLocation": SCHEMA_LOCATION})
+    description = _el(alto, "Description")
+    _el(description, "MeasurementUnit").text = "pixel"
+    step = _el(_el(_el(description, "OCRProcessing", ID="OCR_0"), "ocrProcessingStep"), "processingSoftware")
+    _el(step, "softwareName").text = f"ocrfleet ({response.engine}: {response.model})"
+    _el(step, "softwareVersion").text = __version__
+    layout = _el(alto, "Layout")
+    for page in response.pages:
+        _page(layout, page)
+    doc: bytes = ET.tostring(alto, encoding="utf-8", xml_declaration=False)
+    return b'<?xml version="1.0" encoding="UTF-8"?>\n' + doc + b"\n"
+
+
+def _page(layout: ET.Element, page: Page) -> None:
+    n = page.page
+    size = {"WIDTH": str(page.width), "HEIGHT": str(page.height)}
+    el = _el(layout, "Page", ID=f"p{n}", PHYSICAL_IMG_NR=str(n), **size)
+    space = _el(el, "PrintSpace", HPOS="0", VPOS="0", **size)
+    groups = [b.lines for b in page.blocks] if page.blocks else [list(range(len(page.lines)))]
+    for b, indices in enumerate(groups, 1):
+        lines = [page.lines[i] for i in indices if 0 <= i < len(page.lines)]
+        lines = [line for line in lines if line.text.strip()]
+        if not lines:
+            continue
+        box = union([pixel_box(line.bbox, page) for line in lines])
+        block = _el(space, "TextBlock", ID=f"p{n}_b{b}", **_position(box))
+        for li, line in enumerate(lines, 1):
+            text_line = _el(block, "TextLine", ID=f"p{n}_b{b}_l{li}", **_position(pixel_box(line.bbox, page)))
+            for wi, word in enumerate(words(line, page), 1):
+                if wi > 1:
+                    _el(text_line, "SP")
+                wc = f"{min(max(word.confidence, 0.0), 1.0):.4f}"
+                _el(
+                    text_line,
+                    "String",
+                    ID=f"p{n}_b{b}_l{li}_w{wi}",
+                    CONTENT=word.text,
+                    **_position(word.box),
+                    WC=wc,
+                )

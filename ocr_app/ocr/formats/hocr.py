@@ -1,0 +1,98 @@
+"""format=hocr: hOCR 1.2 (https://kba.github.io/hocr-spec/1.2/) as XHTML.
+
+One `ocr_page` per page (`bbox 0 0 width height`: pixels of the page as sent, `ppageno` 0-based), an
+`ocr_carea` per layout block holding one `ocr_par`, an `ocr_line` per line and an `ocrx_word` per word with
+`bbox` and `x_wconf` (the line's confidence, 0-100). Word boxes are estimated from their line's
+(geometry.py). hOCR requires a bbox on every `ocr_line`: a line the engine could not localise (`bbox` null)
+keeps its text in its paragraph as a plain `<span>` without a class, so it claims no place on the page.
+Built with xml.etree: the text is escaped by the serialiser.
+"""
+
+from __future__ import annotations
+
+import xml.etree.ElementTree as ET
+
+from ... import __version__
+from ...schemas import OcrResponse, Page
+from .geometry import Box, pixel_box, union, words
+
+MEDIA_TYPE = "application/xhtml+xml"
+XHTML = "http://www.w3.org/1999/xhtml"
+CAPABILITIES = "ocr_page ocr_carea ocr_par ocr_line ocrx_word"
+PROLOGUE = b'<?xml version="1.0" encoding="UTF-8"?>\n<!DOCTYPE html>\n'
+
+
+def _el(parent: ET.Element | None, tag: str, **attrib: str) -> ET.Element:
+    return ET.Element(tag, attrib) if parent is None else ET.SubElement(parent, tag, attrib)
+
+
+def _bbox(box: Box) -> str:
+    return "bbox {} {} {} {}".format(*box)
+
+
+def render(response: OcrResponse) -> bytes:
+    html = _el(None, "html", xmlns=XHTML)
+    head = _el(html, "head")
+    _el(head, "title").text = "OCR result"
+    _el(head, "meta", **{"http-equiv": "Content-Type", "content": "text/html; charset=utf-8"})
+    system = f"ocrfleet {__version__} ({response.engine}: {response.model})"
+    _el(head, "meta", name="ocr-system", content=system)
+    _el(head, "meta", name="ocr-capabilities", content=CAPABILITIES)
+    _el(head, "meta", name="ocr-number-of-pages", content=str(len(response.pages)))
+    body = _el(html, "body")
+    body.text = "\n"  # never empty (above), a page never either
+    for page in response.pages:
+        _page(body, page)
+    # Only <meta/> is ever empty: an HTML parser reads <div/> as an opening tag, and </meta> as an error.
+    doc: bytes = ET.tostring(html, encoding="utf-8", xml_declaration=False)
+    return PROLOGUE + doc + b"\n"
+
+
+def _page(body: ET.Element, page: Page) -> None:
+    n = page.page
+    div = _el(
+        body,
+        "div",
+        **{
+            "class": "ocr_page",
+            "id": f"page_{n}",
+            "title": f"bbox 0 0 {page.width} {page.height}; ppageno {n - 1}",
+        },
+    )
+    div.text = "\n"
+    div.tail = "\n"
+    groups = [b.lines for b in page.blocks] if page.blocks else [list(range(len(page.lines)))]
+    for b, indices in enumerate(groups, 1):
+        lines = [page.lines[i] for i in indices if 0 <= i < len(page.lines)]
+        lines = [line for line in lines if line.text.strip()]
+        if not lines:
+            continue
+        box = union([pixel_box(line.bbox, page) for line in lines])
+        area_title = {"title": _bbox(box)} if box else {}
+        area = _el(div, "div", **{"class": "ocr_carea", "id": f"block_{n}_{b}", **area_title})
+        par = _el(area, "p", **{"class": "ocr_par", "id": f"par_{n}_{b}", **area_title})
+        for li, line in enumerate(lines, 1):
+            line_box = pixel_box(line.bbox, page)
+            if line_box is None:
+                _el(par, "span").text = line.text
+                continue
+            span = _el(
+                par, "span", **{"class": "ocr_line", "id": f"line_{n}_{b}_{li}", "title": _bbox(line_box)}
+            )
+            for wi, word in enumerate(words(line, page), 1):
+                assert word.box is not None
+                conf = round(min(max(word.confidence, 0.0), 1.0) * 100)
+                w = _el(
+                    span,
+                    "span",
+                    **{
+                        "class": "ocrx_word",
+                        "id": f"word_{n}_{b}_{li}_{wi}",
+                        "title": f"{_bbox(word.box)}; x_wconf {conf}",
+                    },
+                )
+                w.text = word.text
+                w.tail = " "
+            if len(span):
+                span[-1].tail = None
+            span.tail = "\n"

@@ -1,0 +1,394 @@
+"""Result formats (format= and Accept on POST /v1/ocr): each read back by a reader no one here wrote
+(hocr-spec's validator for hOCR, alto-tools for ALTO's text and confidences, lxml for both), against the
+JSON of the same document; Accept negotiation; the errors; and the formatters on hand-built responses."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+from hocr_spec import HocrValidator
+from lxml import etree
+
+from ocr_app.ocr import formats
+from ocr_app.ocr.formats import geometry, markdown
+from ocr_app.ocr.formats.negotiate import from_accept, parse_accept
+from ocr_app.schemas import Block, Line, OcrResponse, Page, Timings
+
+from .docs import TABLE, encode, pdf, render, render_table
+
+ALTO_TOOLS = shutil.which("alto-tools", path=str(Path(sys.executable).parent)) or "alto-tools"
+ALTO_NS = {"a": "http://www.loc.gov/standards/alto/ns-v4#"}
+SPECIAL = "Fish & Chips <b> \"Q\" 'x'"
+FORMAT_NAMES = "json, text, markdown, hocr, alto"
+
+
+# --- through the running app -----------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def document() -> bytes:
+    """Two pages: a table, then special characters and Chinese."""
+    second = render([SPECIAL, "北京是中华人民共和国的首都"], "zh")
+    # At the service's pdf_dpi (200): the pages render at the size they were drawn, no larger.
+    return pdf([render_table(TABLE[:4]).image, second.image], dpi=200)
+
+
+@pytest.fixture(scope="module")
+def answers(server, document) -> dict:
+    """The same document in every format, and its JSON."""
+    names = ("json", "text", "markdown", "hocr", "alto")
+    with ThreadPoolExecutor(2) as pool:  # the server reads two at a time
+        out = dict(
+            zip(
+                names,
+                pool.map(lambda n: server.ocr(document, "application/pdf", params={"format": n}), names),
+                strict=True,
+            )
+        )
+    for r in out.values():
+        assert r.status_code == 200, r.text
+    return out
+
+
+@pytest.fixture(scope="module")
+def tiny() -> bytes:
+    return encode(render(["Harbour Road"], size=32, width=400).image, "PNG")
+
+
+def words_of(text: str) -> list[str]:
+    return text.split()
+
+
+def test_json_is_the_default_and_unchanged(server, tiny):
+    rid = {"X-Request-ID": "formats-json"}
+    plain = server.ocr(tiny, "image/png", headers=rid)
+    asked = server.ocr(tiny, "image/png", headers=rid, params={"format": "json"})
+    for r in (plain, asked):
+        assert r.status_code == 200
+        assert r.headers["content-type"] == "application/json"
+        assert "accept" in r.headers["vary"].lower()
+    a, b = plain.json(), asked.json()
+    assert set(a) == {"request_id", "engine", "model", "pages", "timings_ms"}
+    a.pop("timings_ms"), b.pop("timings_ms")
+    assert a == b
+
+
+def test_text_is_the_jsons_text_pages_apart_by_form_feeds(answers):
+    body = answers["json"].json()
+    r = answers["text"]
+    assert r.headers["content-type"] == "text/plain; charset=utf-8"
+    assert len(body["pages"]) == 2
+    assert r.content.decode("utf-8") == "\f".join(page["text"] for page in body["pages"])
+    # The special characters and the Chinese came through the engine (else this test would test little).
+    assert any(c in body["pages"][1]["text"] for c in "<&>\"'")
+    assert "北京" in body["pages"][1]["text"]
+
+
+def test_markdown_holds_every_line_and_the_table(answers):
+    body = answers["json"].json()
+    r = answers["markdown"]
+    assert r.headers["content-type"] == "text/markdown; charset=utf-8"
+    md = r.content.decode("utf-8")
+    assert md.count("\n\n---\n\n") == 1  # two pages
+    unescaped = re.sub(r"\\(.)", r"\1", md)
+    for page in body["pages"]:
+        for block in page["blocks"]:
+            if block["type"] in ("header", "footer"):
+                continue
+            for i in block["lines"]:
+                assert page["lines"][i]["text"].strip() in unescaped
+    table = [b for b in body["pages"][0]["blocks"] if b["type"] == "table"]
+    assert table, body["pages"][0]["blocks"]
+    rows = [line for line in md.split("---\n\n")[0].splitlines() if line.startswith("|")]
+    assert len(rows) == 4 + 1  # the table's four rows and the header's rule
+    assert rows[1].replace(" ", "") == "|---|---|---|"
+    assert [c.strip() for c in rows[0].strip("|").split("|")] == ["Item", "Quantity", "Price"]
+
+
+def test_hocr_validates_and_reads_back_as_the_json(answers, tmp_path):
+    body = answers["json"].json()
+    r = answers["hocr"]
+    assert r.headers["content-type"] == "application/xhtml+xml; charset=utf-8"
+    path = tmp_path / "out.hocr"
+    path.write_bytes(r.content)
+    report = HocrValidator("standard").validate(str(path))
+    assert report.is_valid(), report.format("text")
+    root = etree.fromstring(r.content)
+    ns = {"h": "http://www.w3.org/1999/xhtml"}
+    assert root.xpath("//h:meta[@name='ocr-system']/@content", namespaces=ns)
+    pages = root.xpath("//h:div[@class='ocr_page']", namespaces=ns)
+    assert len(pages) == len(body["pages"])
+    for page_el, page in zip(pages, body["pages"], strict=True):
+        assert props(page_el)["bbox"] == [0, 0, page["width"], page["height"]]
+        lines = page_el.xpath(".//h:span[@class='ocr_line']", namespaces=ns)
+        expected = [ln for ln in page["lines"] if ln["text"].strip()]
+        assert len(lines) == len(expected)
+        for line_el, line in zip(lines, expected, strict=True):
+            word_els = line_el.xpath("h:span[@class='ocrx_word']", namespaces=ns)
+            assert [w.text for w in word_els] == words_of(line["text"])
+            lx0, ly0, lx1, ly1 = props(line_el)["bbox"]
+            x0, y0, x1, y1 = line["bbox"]
+            w, h = page["width"], page["height"]
+            assert [lx0, ly0, lx1, ly1] == pytest.approx([x0 * w, y0 * h, x1 * w, y1 * h], abs=1.01)
+            for word_el in word_els:
+                p = props(word_el)
+                wx0, wy0, wx1, wy1 = p["bbox"]
+                assert 0 <= wx0 < wx1 <= w and 0 <= wy0 < wy1 <= h
+                assert lx0 <= wx0 and wx1 <= lx1 and (wy0, wy1) == (ly0, ly1)
+                assert p["x_wconf"] == [round(line["confidence"] * 100)]
+
+
+def props(el) -> dict[str, list[int]]:
+    out = {}
+    for part in el.get("title").split(";"):
+        key, *values = part.split()
+        out[key] = [int(v) for v in values]
+    return out
+
+
+def test_alto_reads_back_with_the_same_words_and_confidences(answers, tmp_path):
+    body = answers["json"].json()
+    r = answers["alto"]
+    assert r.headers["content-type"] == "application/alto+xml; charset=utf-8"
+    path = tmp_path / "out.xml"
+    path.write_bytes(r.content)
+    text = subprocess.run([ALTO_TOOLS, str(path), "-t"], capture_output=True, text=True, check=True).stdout
+    lines = [ln["text"] for page in body["pages"] for ln in page["lines"] if ln["text"].strip()]
+    assert [ln.split() for ln in text.split("\n")[1:]] == [words_of(t) for t in lines]
+    conf = subprocess.run([ALTO_TOOLS, str(path), "-c"], capture_output=True, text=True, check=True).stdout
+    pairs = [(ln["confidence"], len(words_of(ln["text"]))) for p in body["pages"] for ln in p["lines"]]
+    mean = sum(c * n for c, n in pairs) / sum(n for _, n in pairs)
+    assert float(conf.rsplit("Confidence:", 1)[1]) == pytest.approx(100 * mean, abs=0.02)
+    root = etree.fromstring(r.content)
+    assert root.findtext("a:Description/a:MeasurementUnit", namespaces=ALTO_NS) == "pixel"
+    pages = root.findall("a:Layout/a:Page", ALTO_NS)
+    assert len(pages) == len(body["pages"])
+    for page_el, page in zip(pages, body["pages"], strict=True):
+        w, h = int(page_el.get("WIDTH")), int(page_el.get("HEIGHT"))
+        assert (w, h, int(page_el.get("PHYSICAL_IMG_NR"))) == (page["width"], page["height"], page["page"])
+        for s in page_el.iterfind(".//a:String", ALTO_NS):
+            x, y, sw, sh = (int(s.get(k)) for k in ("HPOS", "VPOS", "WIDTH", "HEIGHT"))
+            assert x >= 0 and x + sw <= w and y >= 0 and y + sh <= h and sw > 0 and sh > 0
+            assert 0 <= float(s.get("WC")) <= 1
+
+
+@pytest.mark.parametrize(
+    ("accept", "content_type"),
+    [
+        ("text/plain", "text/plain"),
+        ("text/markdown", "text/markdown"),
+        ("application/xhtml+xml", "application/xhtml+xml"),
+        ("text/vnd.hocr+html", "text/vnd.hocr+html"),
+        ("application/alto+xml", "application/alto+xml"),
+        ("*/*", "application/json"),
+        ("text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8", "application/json"),
+        ("text/plain;q=0.5, application/alto+xml;q=0.9", "application/alto+xml"),
+        ("application/json;q=0, text/*;q=0.3", "text/plain"),
+    ],
+)
+def test_accept_chooses_the_format(server, tiny, accept, content_type):
+    r = server.ocr(tiny, "image/png", headers={"Accept": accept})
+    assert r.status_code == 200, r.text
+    want = content_type if content_type == "application/json" else f"{content_type}; charset=utf-8"
+    assert r.headers["content-type"] == want
+    if content_type == "application/json":
+        assert r.json()["pages"][0]["lines"]
+    elif content_type == "text/plain":
+        assert "Harbour" in r.text
+
+
+def test_format_wins_over_accept(server, tiny):
+    r = server.ocr(tiny, "image/png", headers={"Accept": "application/json"}, params={"format": "text"})
+    assert r.headers["content-type"] == "text/plain; charset=utf-8"
+
+
+@pytest.mark.parametrize(
+    ("params", "headers", "status", "code"),
+    [
+        ({"format": "docx"}, {}, 422, "invalid_parameter"),
+        ({"format": "pdf"}, {}, 422, "format_unavailable"),
+        ({}, {"Accept": "image/png"}, 406, "not_acceptable"),
+        ({}, {"Accept": "application/json;q=0, text/plain;q=0"}, 406, "not_acceptable"),
+    ],
+)
+def test_format_errors_are_json(server, tiny, params, headers, status, code):
+    r = server.ocr(tiny, "image/png", params=params, headers=headers)
+    assert r.status_code == status, r.text
+    assert r.headers["content-type"] == "application/json"
+    error = r.json()["error"]
+    assert error["code"] == code and error["request_id"] == r.headers["x-request-id"]
+    if status == 422:
+        assert FORMAT_NAMES in error["message"]
+
+
+@pytest.mark.parametrize("name", ["text", "hocr", "alto"])
+def test_document_errors_stay_json_whatever_the_format(server, name):
+    r = server.ocr(b"not an image", "image/png", params={"format": name})
+    assert r.status_code == 400
+    assert r.headers["content-type"] == "application/json"
+    assert r.json()["error"]["code"] == "invalid_image"
+
+
+# --- Accept, parsed ----------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("accept", "name"),
+    [
+        (None, "json"),
+        ("", "json"),
+        ("garbage", "json"),
+        ("application/*", "json"),
+        ("text/*", "text"),
+        ("TEXT/Markdown; charset=utf-8", "markdown"),
+        ("text/plain;q=0.2, text/markdown;q=0.4", "markdown"),
+        ("*/*;q=0.1, text/plain;q=0", "json"),
+        ("application/json;q=0, */*", "text"),
+        ("application/xhtml+xml", "hocr"),
+        ("text/html, application/xhtml+xml, */*;q=0.8", "json"),
+        ("text/html;q=0, application/xhtml+xml", "hocr"),
+        ("application/alto+xml;q=1.5, text/plain;q=0.1", "text"),
+        ("application/alto+xml;q=x, text/plain;q=0.1", "text"),
+        ("application/alto+xml;q=0.5;level=1, text/plain;q=0.1", "alto"),
+    ],
+)
+def test_accept_parsing(accept, name):
+    assert from_accept(accept)[0].name == name
+
+
+def test_accept_ranges():
+    [r] = parse_accept("Text/Plain ; q=0.5 ; ext=1")
+    assert (r.type, r.subtype, r.q) == ("text", "plain", 0.5)
+    assert parse_accept("*/plain, nonsense, a/b/c") == []
+
+
+# --- the formatters, on hand-built responses ------------------------------------------------------------
+
+
+def response(*pages: Page, engine: str = "rapidocr") -> OcrResponse:
+    t = Timings(queue=0, preprocess=0, inference=0, total=0)
+    return OcrResponse(request_id="r", engine=engine, model="m", pages=list(pages), timings_ms=t)
+
+
+def page(lines: list[Line], blocks: list[Block], n: int = 1, w: int = 1000, h: int = 800) -> Page:
+    texts = [ln.text for ln in lines]
+    text = "\n\n".join("\n".join(texts[i] for i in b.lines) for b in blocks)
+    return Page(page=n, width=w, height=h, text=text, lines=lines, blocks=blocks)
+
+
+LINES = [
+    Line(text="A <Title> & more", bbox=(0.1, 0.05, 0.6, 0.1), confidence=0.95),
+    Line(text="Déjà vu: 北京 \"quoted\" 'x'", bbox=(0.1, 0.2, 0.9, 0.25), confidence=0.8),
+    Line(text="no box here", bbox=None, confidence=0.5),
+    Line(text="Page 7", bbox=(0.45, 0.95, 0.55, 0.98), confidence=0.99),
+]
+BLOCKS = [
+    Block(type="title", bbox=None, lines=[0]),
+    Block(type="text", bbox=None, lines=[1, 2]),
+    Block(type="footer", bbox=None, lines=[3]),
+]
+DOC = response(page(LINES, BLOCKS), page([], [], n=2, w=500, h=500))
+
+
+def render_str(name: str, doc: OcrResponse = DOC) -> str:
+    return formats.render(formats.FORMATS[name], doc).decode("utf-8")
+
+
+def test_text_formatter():
+    assert render_str("text") == DOC.pages[0].text + "\f"
+
+
+def test_markdown_formatter():
+    md = render_str("markdown")
+    first, second = md.split("\n\n---\n\n")
+    assert second == ""
+    assert first.splitlines()[0] == r"# A \<Title\> \& more"
+    assert "Déjà vu: 北京 \"quoted\" 'x'\nno box here" in first
+    assert "Page 7" not in first  # the footer is left out
+    again = response(page([LINES[0]], [Block(type="title", bbox=None, lines=[0])]))
+    assert markdown.render(response(*again.pages, *again.pages)).count("\n## A") == 1
+
+
+def test_markdown_escapes_what_would_be_markup():
+    assert markdown.escape("# not a heading") == r"\# not a heading"
+    assert markdown.escape("1. not a list") == r"1\. not a list"
+    assert markdown.escape("- nor this") == r"\- nor this"
+    assert markdown.escape("a | b *c* _d_") == r"a \| b \*c\* \_d\_"
+
+
+def test_markdown_tables_from_geometry_or_one_cell_a_row():
+    cells = [
+        ("Item", 0.1, 0.1),
+        ("Price", 0.6, 0.1),
+        ("Tea", 0.1, 0.2),
+        ("3.50", 0.6, 0.21),
+        ("Cake", 0.1, 0.3),
+    ]
+    lines = [Line(text=t, bbox=(x, y, x + 0.2, y + 0.04), confidence=0.9) for t, x, y in cells]
+    table = Block(type="table", bbox=None, lines=list(range(len(lines))))
+    md = markdown.render(response(page(lines, [table])))
+    assert md.splitlines() == ["| Item | Price |", "| --- | --- |", "| Tea | 3.50 |", "| Cake |  |"]
+    lines[1] = Line(text="Price", bbox=None, confidence=0.9)
+    md = markdown.render(response(page(lines, [table])))
+    assert md.splitlines() == ["| Item |", "| --- |", "| Price |", "| Tea |", "| 3.50 |", "| Cake |"]
+
+
+def test_markdown_passes_the_vllm_engines_text_through():
+    p = Page(page=1, width=10, height=10, text="# Heading\n\n| a | b |", lines=[], blocks=[])
+    assert markdown.render(response(p, engine="vllm")) == "# Heading\n\n| a | b |"
+
+
+def test_hocr_formatter_escapes_and_leaves_unlocalised_lines_out_of_the_geometry(tmp_path):
+    out = formats.render(formats.FORMATS["hocr"], DOC)
+    path = tmp_path / "doc.hocr"
+    path.write_bytes(out)
+    report = HocrValidator("standard").validate(str(path))
+    assert report.is_valid(), report.format("text")
+    root = etree.fromstring(out)
+    ns = {"h": "http://www.w3.org/1999/xhtml"}
+    words = root.xpath("//h:span[@class='ocrx_word']/text()", namespaces=ns)
+    assert words == ["A", "<Title>", "&", "more", "Déjà", "vu:", "北京", '"quoted"', "'x'", "Page", "7"]
+    lines = root.xpath("//h:span[@class='ocr_line']", namespaces=ns)
+    assert len(lines) == 3  # "no box here" has no ocr_line: hOCR requires its bbox
+    assert root.xpath("//h:p[@class='ocr_par']/h:span[not(@class)]/text()", namespaces=ns) == ["no box here"]
+    assert len(root.xpath("//h:div[@class='ocr_page']", namespaces=ns)) == 2
+
+
+def test_alto_formatter_escapes_and_positions_only_localised_words():
+    out = formats.render(formats.FORMATS["alto"], DOC)
+    root = etree.fromstring(out)
+    strings = root.findall(".//a:String", ALTO_NS)
+    assert [s.get("CONTENT") for s in strings] == [
+        *("A", "<Title>", "&", "more", "Déjà", "vu:", "北京", '"quoted"', "'x'"),
+        *("no", "box", "here", "Page", "7"),
+    ]
+    unplaced = [s for s in strings if s.get("HPOS") is None]
+    assert [s.get("CONTENT") for s in unplaced] == ["no", "box", "here"]
+    assert all(s.get("WC") == "0.5000" for s in unplaced)
+    for line in root.iterfind(".//a:TextLine", ALTO_NS):
+        kinds = [etree.QName(c).localname for c in line]
+        assert kinds == ["String", *["SP", "String"] * ((len(kinds) - 1) // 2)]
+    empty = root.findall("a:Layout/a:Page", ALTO_NS)[1]
+    assert empty.get("PHYSICAL_IMG_NR") == "2" and not empty.findall(".//a:TextBlock", ALTO_NS)
+
+
+def test_estimated_word_boxes_share_the_line_by_characters():
+    p = Page(page=1, width=1000, height=100, text="", lines=[])
+    line = Line(text="ab  cdef", bbox=(0.1, 0.1, 0.9, 0.5), confidence=0.7)
+    ws = geometry.words(line, p)
+    assert [w.text for w in ws] == ["ab", "cdef"]
+    # 8 characters over 800 px: "ab" the first 2, "cdef" the last 4.
+    assert [w.box for w in ws] == [(100, 10, 300, 50), (500, 10, 900, 50)]
+    # Blanks around the text are not on the page: the share runs from the first character to the last.
+    ws = geometry.words(Line(text=" xy z ", bbox=(0.0, 0.0, 0.4, 1.0), confidence=0.7), p)
+    assert [w.box for w in ws] == [(0, 0, 200, 100), (300, 0, 400, 100)]
+    assert geometry.words(Line(text="x y", bbox=None, confidence=0.1), p)[0].box is None
+    # A box at the page's edge stays inside it, at least a pixel wide.
+    edge = geometry.pixel_box((0.9999, 0.0, 1.0, 1.0), p)
+    assert edge == (999, 0, 1000, 100)
