@@ -160,6 +160,23 @@ def _no_replays_until_a_marker(old, png) -> None:
     assert replays(old) == n + 1
 
 
+def test_an_answer_in_another_format_is_not_replayed(old, server, png):
+    # The canary's comparison reads JSON: a request for text or Markdown (format= or Accept) is answered in
+    # it and not replayed, neither as it came nor as a request for JSON.
+    shadow_to(old, server.url)
+    n = replays(old)
+    served = old.metrics().get('ocr_requests_total{code="200"}', 0)
+    text = old.ocr(png, "image/png", params={"format": "text"})
+    md = old.ocr(png, "image/png", headers={"Accept": "text/markdown"})
+    assert (text.status_code, md.status_code) == (200, 200), (text.text, md.text)
+    assert text.headers["content-type"].startswith("text/plain") and "Invoice" in text.text
+    assert md.headers["content-type"].startswith("text/markdown") and "Invoice" in md.text
+    assert eventually(lambda: old.metrics().get('ocr_requests_total{code="200"}', 0) == served + 2)
+    ocr_ok(old, png)  # JSON: replayed
+    wait_replays(old, n + 1)
+    assert replays(old) == n + 1
+
+
 def test_no_control_file_no_replays(old, png):
     shadow_to(old, f"http://127.0.0.1:{free_port()}")
     n = replays(old)

@@ -92,7 +92,9 @@ async def ocr(
             answer = await state.pipeline.run(upload.read, job, request.state.request_id, trace)
     finally:
         request.state.bytes, request.state.pages = trace.bytes, trace.pages
-    if s.shadow_file is not None and SHADOW_HEADER not in request.headers:  # a replay is not replayed
+    # A replay is not replayed; nor is an answer in another format than JSON: the canary's comparison reads
+    # JSON, and a request for hOCR is not turned into one for JSON.
+    if s.shadow_file is not None and SHADOW_HEADER not in request.headers and fmt.render is None:
         request.state.shadow = _shadow_offer(request, upload.body, content_type, answer)
     response.headers["Vary"] = "Accept"
     if fmt.render is None:
@@ -107,8 +109,7 @@ def _shadow_offer(request: Request, body: bytes, content_type: str, answer: OcrR
     return Offer(
         body=body,
         content_type=content_type,
-        # format= left out too: the canary answers JSON, and JSON is what the shadow comparison reads.
-        query=tuple((k, v) for k, v in request.query_params.multi_items() if k not in ("preview", "format")),
+        query=tuple((k, v) for k, v in request.query_params.multi_items() if k != "preview"),
         auth={h: request.headers[h] for h in KEY_HEADERS if h in request.headers},
         request_id=request.state.request_id,
         answer=answer,
