@@ -13,16 +13,12 @@ import xml.etree.ElementTree as ET
 
 from ... import __version__
 from ...schemas import OcrResponse, Page
-from .geometry import Box, pixel_box, union, words
+from .geometry import Box, block_lines, element, pixel_box, union, words
 
 MEDIA_TYPE = "application/alto+xml"
 ALTO = "http://www.loc.gov/standards/alto/ns-v4#"
 XSI = "http://www.w3.org/2001/XMLSchema-instance"
 SCHEMA_LOCATION = f"{ALTO} http://www.loc.gov/standards/alto/v4/alto-4-4.xsd"
-
-
-def _el(parent: ET.Element | None, tag: str, **attrib: str) -> ET.Element:
-    return ET.Element(tag, attrib) if parent is None else ET.SubElement(parent, tag, attrib)
 
 
 def _position(box: Box | None) -> dict[str, str]:
@@ -34,13 +30,14 @@ def _position(box: Box | None) -> dict[str, str]:
 
 def render(response: OcrResponse) -> bytes:
     # Unqualified names in the default namespace, declared on the root; xsi's prefix is ElementTree's own.
-    alto = _el(None, "alto", xmlns=ALTO, **{f"{{{XSI}}}schemaLocation": SCHEMA_LOCATION})
-    description = _el(alto, "Description")
-    _el(description, "MeasurementUnit").text = "pixel"
-    step = _el(_el(_el(description, "OCRProcessing", ID="OCR_0"), "ocrProcessingStep"), "processingSoftware")
-    _el(step, "softwareName").text = f"ocrfleet ({response.engine}: {response.model})"
-    _el(step, "softwareVersion").text = __version__
-    layout = _el(alto, "Layout")
+    alto = element(None, "alto", xmlns=ALTO, **{f"{{{XSI}}}schemaLocation": SCHEMA_LOCATION})
+    description = element(alto, "Description")
+    element(description, "MeasurementUnit").text = "pixel"
+    processing = element(description, "OCRProcessing", ID="OCR_0")
+    step = element(element(processing, "ocrProcessingStep"), "processingSoftware")
+    element(step, "softwareName").text = f"ocrfleet ({response.engine}: {response.model})"
+    element(step, "softwareVersion").text = __version__
+    layout = element(alto, "Layout")
     for page in response.pages:
         _page(layout, page)
     doc: bytes = ET.tostring(alto, encoding="utf-8", xml_declaration=False)
@@ -50,23 +47,19 @@ def render(response: OcrResponse) -> bytes:
 def _page(layout: ET.Element, page: Page) -> None:
     n = page.page
     size = {"WIDTH": str(page.width), "HEIGHT": str(page.height)}
-    el = _el(layout, "Page", ID=f"p{n}", PHYSICAL_IMG_NR=str(n), **size)
-    space = _el(el, "PrintSpace", HPOS="0", VPOS="0", **size)
-    groups = [b.lines for b in page.blocks] if page.blocks else [list(range(len(page.lines)))]
-    for b, indices in enumerate(groups, 1):
-        lines = [page.lines[i] for i in indices if 0 <= i < len(page.lines)]
-        lines = [line for line in lines if line.text.strip()]
-        if not lines:
-            continue
+    el = element(layout, "Page", ID=f"p{n}", PHYSICAL_IMG_NR=str(n), **size)
+    space = element(el, "PrintSpace", HPOS="0", VPOS="0", **size)
+    for b, lines in block_lines(page):
         box = union([pixel_box(line.bbox, page) for line in lines])
-        block = _el(space, "TextBlock", ID=f"p{n}_b{b}", **_position(box))
+        block = element(space, "TextBlock", ID=f"p{n}_b{b}", **_position(box))
         for li, line in enumerate(lines, 1):
-            text_line = _el(block, "TextLine", ID=f"p{n}_b{b}_l{li}", **_position(pixel_box(line.bbox, page)))
+            line_box = pixel_box(line.bbox, page)
+            text_line = element(block, "TextLine", ID=f"p{n}_b{b}_l{li}", **_position(line_box))
             for wi, word in enumerate(words(line, page), 1):
                 if wi > 1:
-                    _el(text_line, "SP")
+                    element(text_line, "SP")
                 wc = f"{min(max(word.confidence, 0.0), 1.0):.4f}"
-                _el(
+                element(
                     text_line,
                     "String",
                     ID=f"p{n}_b{b}_l{li}_w{wi}",

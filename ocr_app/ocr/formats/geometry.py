@@ -9,6 +9,7 @@ characters starts k/n of the way along), the line's full height, the line's conf
 
 from __future__ import annotations
 
+import xml.etree.ElementTree as ET
 from dataclasses import dataclass
 
 from ...schemas import Line, Page
@@ -75,4 +76,22 @@ def words(line: Line, page: Page) -> list[Word]:
         wx1 = min(max(wx1, wx0 + 1), x1)
         wx0 = min(wx0, wx1 - 1)
         out.append(Word(text[a:b], (wx0, y0, wx1, y1), line.confidence))
+    return out
+
+
+def element(parent: ET.Element | None, tag: str, **attrib: str) -> ET.Element:
+    """A new XML element, under `parent` when given."""
+    return ET.Element(tag, attrib) if parent is None else ET.SubElement(parent, tag, attrib)
+
+
+def block_lines(page: Page) -> list[tuple[int, list[Line]]]:
+    """(block number from 1, its lines with text) of each layout block that has any; the page's lines as one
+    block where it has no blocks."""
+    groups = [b.lines for b in page.blocks] if page.blocks else [list(range(len(page.lines)))]
+    out = []
+    for b, indices in enumerate(groups, 1):
+        lines = [page.lines[i] for i in indices if 0 <= i < len(page.lines)]
+        lines = [line for line in lines if line.text.strip()]
+        if lines:
+            out.append((b, lines))
     return out

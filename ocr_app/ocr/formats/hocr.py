@@ -14,7 +14,7 @@ import xml.etree.ElementTree as ET
 
 from ... import __version__
 from ...schemas import OcrResponse, Page
-from .geometry import Box, pixel_box, union, words
+from .geometry import Box, block_lines, element, pixel_box, union, words
 
 MEDIA_TYPE = "application/xhtml+xml"
 XHTML = "http://www.w3.org/1999/xhtml"
@@ -22,24 +22,20 @@ CAPABILITIES = "ocr_page ocr_carea ocr_par ocr_line ocrx_word"
 PROLOGUE = b'<?xml version="1.0" encoding="UTF-8"?>\n<!DOCTYPE html>\n'
 
 
-def _el(parent: ET.Element | None, tag: str, **attrib: str) -> ET.Element:
-    return ET.Element(tag, attrib) if parent is None else ET.SubElement(parent, tag, attrib)
-
-
 def _bbox(box: Box) -> str:
     return "bbox {} {} {} {}".format(*box)
 
 
 def render(response: OcrResponse) -> bytes:
-    html = _el(None, "html", xmlns=XHTML)
-    head = _el(html, "head")
-    _el(head, "title").text = "OCR result"
-    _el(head, "meta", **{"http-equiv": "Content-Type", "content": "text/html; charset=utf-8"})
+    html = element(None, "html", xmlns=XHTML)
+    head = element(html, "head")
+    element(head, "title").text = "OCR result"
+    element(head, "meta", **{"http-equiv": "Content-Type", "content": "text/html; charset=utf-8"})
     system = f"ocrfleet {__version__} ({response.engine}: {response.model})"
-    _el(head, "meta", name="ocr-system", content=system)
-    _el(head, "meta", name="ocr-capabilities", content=CAPABILITIES)
-    _el(head, "meta", name="ocr-number-of-pages", content=str(len(response.pages)))
-    body = _el(html, "body")
+    element(head, "meta", name="ocr-system", content=system)
+    element(head, "meta", name="ocr-capabilities", content=CAPABILITIES)
+    element(head, "meta", name="ocr-number-of-pages", content=str(len(response.pages)))
+    body = element(html, "body")
     body.text = "\n"  # never empty (above), a page never either
     for page in response.pages:
         _page(body, page)
@@ -50,7 +46,7 @@ def render(response: OcrResponse) -> bytes:
 
 def _page(body: ET.Element, page: Page) -> None:
     n = page.page
-    div = _el(
+    div = element(
         body,
         "div",
         **{
@@ -61,28 +57,23 @@ def _page(body: ET.Element, page: Page) -> None:
     )
     div.text = "\n"
     div.tail = "\n"
-    groups = [b.lines for b in page.blocks] if page.blocks else [list(range(len(page.lines)))]
-    for b, indices in enumerate(groups, 1):
-        lines = [page.lines[i] for i in indices if 0 <= i < len(page.lines)]
-        lines = [line for line in lines if line.text.strip()]
-        if not lines:
-            continue
+    for b, lines in block_lines(page):
         box = union([pixel_box(line.bbox, page) for line in lines])
         area_title = {"title": _bbox(box)} if box else {}
-        area = _el(div, "div", **{"class": "ocr_carea", "id": f"block_{n}_{b}", **area_title})
-        par = _el(area, "p", **{"class": "ocr_par", "id": f"par_{n}_{b}", **area_title})
+        area = element(div, "div", **{"class": "ocr_carea", "id": f"block_{n}_{b}", **area_title})
+        par = element(area, "p", **{"class": "ocr_par", "id": f"par_{n}_{b}", **area_title})
         for li, line in enumerate(lines, 1):
             line_box = pixel_box(line.bbox, page)
             if line_box is None:
-                _el(par, "span").text = line.text
+                element(par, "span").text = line.text
                 continue
-            span = _el(
+            span = element(
                 par, "span", **{"class": "ocr_line", "id": f"line_{n}_{b}_{li}", "title": _bbox(line_box)}
             )
             for wi, word in enumerate(words(line, page), 1):
                 assert word.box is not None
                 conf = round(min(max(word.confidence, 0.0), 1.0) * 100)
-                w = _el(
+                w = element(
                     span,
                     "span",
                     **{
