@@ -68,6 +68,7 @@ class EngineCell:
     column_span: int
     lines: list[int]  # indices into the page's lines, left to right
     bbox: tuple[float, float, float, float] | None  # normalised
+    text: str | None = None  # where one line holds several cells (a model's table row): the cell's own
 
 
 @dataclass
@@ -108,8 +109,11 @@ class EnginePage:
             return "\n".join(self.lines[i].text for i in block.lines)
         rows: list[list[str]] = [[] for _ in range(block.table.rows)]
         for cell in block.table.cells:
-            rows[cell.row].append(" ".join(self.lines[i].text for i in cell.lines))
+            rows[cell.row].append(self.cell_text(cell))
         return "\n".join("\t".join(row) for row in rows if row)
+
+    def cell_text(self, cell: EngineCell) -> str:
+        return cell.text if cell.text is not None else " ".join(self.lines[i].text for i in cell.lines)
 
 
 class EngineError(Exception):

@@ -197,7 +197,7 @@ def _block(ep: EnginePage, b: EngineBlock) -> Block:
             column=c.column,
             row_span=c.row_span,
             column_span=c.column_span,
-            text=" ".join(ep.lines[i].text for i in c.lines),
+            text=ep.cell_text(c),
             bbox=c.bbox,
             lines=c.lines,
         )
