@@ -83,17 +83,19 @@ test-lab: lab-deps venv  ## the nspawn lab's self-test (root)
 # The stages, in groups run one after another. A group's stages (joined by +) run side by side, each one's output
 # printed whole as it ends: alone, each keeps less than a core busy (lint, test-vllm, test-web, test-lab); test-roles
 # takes both cores; test-fleet leaves about a sixth of them idle, most of it while its hosts come up, which
-# test-app (both cores for about 4 minutes) fills (tests/fleet/conftest.py runs the fleet's untimed tests first).
+# test-app (both cores for about 4 minutes) fills (tests/fleet/conftest.py runs the fleet's untimed tests first,
+# and its timed tests once the stages beside it have ended).
 # Each stage's duration is printed as it ends, each group's too, and all of them at the end, so the 45-minute
 # budget stays visible.
 TEST_GROUPS := lint+test-vllm+test-web+test-lab test-roles test-app+test-fleet
 
 test: system-deps browser-deps lab-deps venv wheelhouse  ## everything, from nothing: lint, app, vllm, web, lab, roles, fleet
-	@times="$$(mktemp)"; trap 'rm -f "$$times"' EXIT; total=$$(date +%s); \
+	@times="$$(mktemp)"; trap 'rm -f "$$times" "$$times.ended"' EXIT; total=$$(date +%s); \
 	for group in $(TEST_GROUPS); do \
 	  start=$$(date +%s); \
 	  side=(); [[ "$$group" != *+* ]] || side=(-j4 --output-sync=target); \
-	  $(MAKE) --no-print-directory "$${side[@]}" TEST_TIMES="$$times" $$(printf 'timed-%s ' $${group//+/ }); \
+	  OCRFLEET_BESIDE="$${group//+/ }" OCRFLEET_STAGES_ENDED="$$times.ended" \
+	    $(MAKE) --no-print-directory "$${side[@]}" TEST_TIMES="$$times" $$(printf 'timed-%s ' $${group//+/ }); \
 	  took=$$(( $$(date +%s) - start )); \
 	  [[ "$$group" != *+* ]] || echo "$$group (side by side) $$took s" >> "$$times"; \
 	  echo "=== [make test] $$group: $$took s (so far $$(( $$(date +%s) - total )) s)"; \
@@ -101,9 +103,10 @@ test: system-deps browser-deps lab-deps venv wheelhouse  ## everything, from not
 	echo "=== [make test] stages:"; sed 's/^/    /' "$$times"; \
 	echo "=== [make test] total: $$(( $$(date +%s) - total )) s (setup before the stages not counted)"
 
-# One stage of make test, timed (TEST_TIMES: the file that collects the durations).
+# One stage of make test, timed (TEST_TIMES: the file that collects the durations). Its name goes to
+# $(TEST_TIMES).ended as it ends, passed or failed: test-fleet's timed tests wait for the stages beside it.
 timed-%:
-	@start=$$(date +%s); $(MAKE) --no-print-directory $*; took=$$(( $$(date +%s) - start )); \
+	@trap 'echo $* >> "$(TEST_TIMES).ended"' EXIT; start=$$(date +%s); $(MAKE) --no-print-directory $*; took=$$(( $$(date +%s) - start )); \
 	echo "=== [make test] $*: $$took s"; echo "$* $$took s" >> "$(TEST_TIMES)"
 
 test-fleet: lab-deps venv wheelhouse  ## make demo's fleet with 3 app hosts (3+1+1+1 lab hosts): site.yml from outside, an alert, crashes and rolling upgrades under load (root)

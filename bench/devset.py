@@ -16,6 +16,7 @@ same images, and the layout's time beside the engine's."""
 from __future__ import annotations
 
 import asyncio
+import csv
 import hashlib
 import io
 import os
@@ -29,6 +30,7 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from statistics import mean
+from typing import Any
 
 import numpy as np
 import yaml
@@ -50,6 +52,7 @@ class DevPage:
     image: Image.Image  # the degraded page, RGB
     text: str  # ground truth, whitespace runs made one space
     spec: dict
+    cells: list[list[str]] | None = None  # a table's cells, row by row (`cells` in the manifest)
 
 
 def manifest() -> dict:
@@ -128,8 +131,8 @@ def _member(source: str, src: dict, path: str, cache: Path) -> Path:
     out = cache / "files" / source / path
     if not out.exists():
         wanted = {path} | {
-            p[key] for p in manifest()["pages"] if p["source"] == source for key in ("file", "image", "truth")
-            if key in p
+            p[key] for p in manifest()["pages"] if p["source"] == source
+            for key in ("file", "image", "truth", "cells") if key in p
         }  # fmt: skip
         _extract(source, src, wanted, cache)
     return out
@@ -180,7 +183,13 @@ def build_page(spec: dict, sources: dict, cache: Path = CACHE) -> DevPage:
         clean = Image.open(io.BytesIO(png)).convert("RGB")
     if spec.get("rotate"):
         clean = clean.rotate(int(spec["rotate"]), expand=True)
-    return DevPage(spec["name"], spec["kind"], degrade(clean, spec["name"]), flat(text), spec)
+    cells = None
+    if "cells" in spec:
+        with _member(spec["source"], src, spec["cells"], cache).open(encoding="utf-8", newline="") as f:
+            rows = [row for row in csv.reader(f) if row][: spec.get("cells_rows")]
+        keep = [c for c in range(max(map(len, rows))) if any(c < len(r) and r[c].strip() for r in rows)]
+        cells = [[flat(r[c]) if c < len(r) else "" for c in keep] for r in rows]
+    return DevPage(spec["name"], spec["kind"], degrade(clean, spec["name"]), flat(text), spec, cells)
 
 
 def build(cache: Path = CACHE) -> list[DevPage]:
@@ -199,6 +208,40 @@ def bag_of_words_error(ref: str, hyp: str) -> float:
     r, h = _words(ref), _words(hyp)
     total = sum(r.values())
     return 1.0 - sum((r & h).values()) / total if total else 0.0
+
+
+def table_grid(page: Any) -> list[list[str]] | None:
+    """The engine page's largest table as rows of cell texts (a spanning cell in its first column)."""
+    tables = [b.table for b in page.blocks if b.table is not None]
+    if not tables:
+        return None
+    t = max(tables, key=lambda t: len(t.cells))
+    grid = [[""] * t.columns for _ in range(t.rows)]
+    for c in t.cells:
+        grid[c.row][c.column] = flat(" ".join(page.lines[i].text for i in c.lines))
+    return grid
+
+
+def table_score(truth: list[list[str]], grid: list[list[str]] | None) -> dict:
+    """Rows and columns, ours beside the truth's, and the share of the truth's cells whose text we give in
+    the same row and column (case and whitespace aside); the mean CER over those cells."""
+    import jiwer
+
+    grid = grid or []
+    ours_cols = max(map(len, grid), default=0)
+    exact, cers = 0, []
+    for r, row in enumerate(truth):
+        for c, want in enumerate(row):
+            got = grid[r][c] if r < len(grid) and c < len(grid[r]) else ""
+            exact += got.casefold() == want.casefold()
+            cers.append(min(1.0, jiwer.cer(want, got)) if want else float(bool(got)))
+    n = sum(map(len, truth))
+    return {
+        "rows": [len(grid), len(truth)],
+        "columns": [ours_cols, max(map(len, truth))],
+        "cells_exact": exact / n if n else 0.0,
+        "cell_cer": mean(cers) if cers else 0.0,
+    }
 
 
 def tesseract_version() -> str | None:
@@ -261,6 +304,9 @@ def bench_devset() -> dict:
                     "ours": {"cer": jiwer.cer(p.text, hyp), "bow": bag_of_words_error(p.text, hyp)},
                 }
             )
+            if p.cells is not None:
+                rows[-1]["table"] = table_score(p.cells, table_grid(got))
+                log(f"devset: {p.name} table {rows[-1]['table']}")
             log(f"devset: {p.name} ours CER {rows[-1]['ours']['cer']:.3f} in {engine_s:.1f} s")
     finally:
         asyncio.run(eng.close())

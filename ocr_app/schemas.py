@@ -17,6 +17,22 @@ class Line(BaseModel):
     confidence: float = Field(ge=0.0, le=1.0)
 
 
+class Cell(BaseModel):
+    row: int = Field(ge=0, description="0-based row of the table")
+    column: int = Field(ge=0, description="0-based column: the leftmost the cell covers")
+    row_span: int = Field(1, ge=1)
+    column_span: int = Field(1, ge=1)
+    text: str = Field(description="its lines' text, left to right, apart by a space")
+    bbox: tuple[float, float, float, float] | None = Field(
+        description="[x0, y0, x1, y1] normalised 0-1 to the page as sent: the union of its lines' boxes"
+    )
+    lines: list[int] = Field(description="0-based indices into the page's lines")
+
+
+# A table block's own fields: absent from other blocks (and from a table whose cells are not known).
+_TABLE_FIELDS = ("rows", "columns", "cells")
+
+
 class Block(BaseModel):
     type: str = Field(
         description="text, title, table, header or footer (the rapidocr engine); the vllm engine's from "
@@ -27,6 +43,21 @@ class Block(BaseModel):
         "null when none of its lines is localised"
     )
     lines: list[int] = Field(description="0-based indices into the page's lines, in reading order")
+    rows: int | None = Field(default=None, ge=0, description="table blocks only: its number of rows")
+    columns: int | None = Field(default=None, ge=0, description="table blocks only: its number of columns")
+    cells: list[Cell] | None = Field(
+        default=None,
+        description="table blocks only: its cells, row by row, left to right; a cell absent from the list "
+        "is empty. The block's lines are read cell by cell",
+    )
+
+    @model_serializer(mode="wrap")
+    def _omit_table_fields_elsewhere(self, handler: SerializerFunctionWrapHandler):  # type: ignore[no-untyped-def]
+        data: dict[str, Any] = handler(self)
+        for name in _TABLE_FIELDS:
+            if getattr(self, name) is None:
+                data.pop(name, None)
+        return data
 
 
 class Page(BaseModel):

@@ -18,7 +18,7 @@ from lxml import etree
 from ocr_app.ocr import formats
 from ocr_app.ocr.formats import geometry, markdown
 from ocr_app.ocr.formats.negotiate import from_accept, parse_accept
-from ocr_app.schemas import Block, Line, OcrResponse, Page, Timings
+from ocr_app.schemas import Block, Cell, Line, OcrResponse, Page, Timings
 
 from .docs import TABLE, encode, pdf, render, render_table
 
@@ -109,6 +109,24 @@ def test_markdown_holds_every_line_and_the_table(answers):
     assert len(rows) == 4 + 1  # the table's four rows and the header's rule
     assert rows[1].replace(" ", "") == "|---|---|---|"
     assert [c.strip() for c in rows[0].strip("|").split("|")] == ["Item", "Quantity", "Price"]
+
+
+def test_a_tables_cells_in_json_are_the_text_it_was_drawn_with(answers):
+    body = answers["json"].json()
+    [table] = [b for b in body["pages"][0]["blocks"] if b["type"] == "table"]
+    assert (table["rows"], table["columns"]) == (4, 3)
+    got = [["" for _ in range(3)] for _ in range(4)]
+    lines = body["pages"][0]["lines"]
+    for cell in table["cells"]:
+        assert (cell["row_span"], cell["column_span"]) == (1, 1)
+        got[cell["row"]][cell["column"]] = cell["text"]
+        assert cell["text"] == " ".join(lines[i]["text"] for i in cell["lines"])
+        x0, y0, x1, y1 = cell["bbox"]
+        assert 0 <= x0 < x1 <= 1 and 0 <= y0 < y1 <= 1
+    assert got == TABLE[:4]
+    # Other blocks carry none of a table's fields.
+    others = [b for p in body["pages"] for b in p["blocks"] if b["type"] != "table"]
+    assert others and not any({"rows", "columns", "cells"} & b.keys() for b in others)
 
 
 def test_hocr_validates_and_reads_back_as_the_json(answers, tmp_path):
@@ -322,21 +340,22 @@ def test_markdown_escapes_what_would_be_markup():
     assert markdown.escape("a | b *c* _d_") == r"a \| b \*c\* \_d\_"
 
 
-def test_markdown_tables_from_geometry_or_one_cell_a_row():
-    cells = [
-        ("Item", 0.1, 0.1),
-        ("Price", 0.6, 0.1),
-        ("Tea", 0.1, 0.2),
-        ("3.50", 0.6, 0.21),
-        ("Cake", 0.1, 0.3),
-    ]
-    lines = [Line(text=t, bbox=(x, y, x + 0.2, y + 0.04), confidence=0.9) for t, x, y in cells]
-    table = Block(type="table", bbox=None, lines=list(range(len(lines))))
+def test_markdown_tables_from_their_cells_or_one_cell_a_row():
+    texts = ["Item", "Price", "Tea", "3.50", "Cake", "Total 9.00"]
+    lines = [Line(text=t, bbox=None, confidence=0.9) for t in texts]
+
+    def cell(row: int, column: int, line: int, span: int = 1) -> Cell:
+        return Cell(row=row, column=column, column_span=span, text=texts[line], bbox=None, lines=[line])
+
+    cells = [cell(0, 0, 0), cell(0, 1, 1), cell(1, 0, 2), cell(1, 1, 3), cell(2, 0, 4), cell(3, 0, 5, span=2)]
+    table = Block(type="table", bbox=None, lines=list(range(6)), rows=4, columns=2, cells=cells)
     md = markdown.render(response(page(lines, [table])))
-    assert md.splitlines() == ["| Item | Price |", "| --- | --- |", "| Tea | 3.50 |", "| Cake |  |"]
-    lines[1] = Line(text="Price", bbox=None, confidence=0.9)
-    md = markdown.render(response(page(lines, [table])))
-    assert md.splitlines() == ["| Item |", "| --- |", "| Price |", "| Tea |", "| 3.50 |", "| Cake |"]
+    # Cake's price is empty; a spanning cell is written in its first column.
+    expected = ["| Item | Price |", "| --- | --- |", "| Tea | 3.50 |", "| Cake |  |", "| Total 9.00 |  |"]
+    assert md.splitlines() == expected
+    bare = Block(type="table", bbox=None, lines=list(range(6)))  # stored before tables had cells
+    md = markdown.render(response(page(lines, [bare])))
+    assert md.splitlines() == ["| Item |", "| --- |", *(f"| {t} |" for t in texts[1:])]
 
 
 def test_markdown_passes_the_vllm_engines_text_through():

@@ -15,7 +15,7 @@ from ocr_app.documents.image import PageImage
 from ocr_app.engines.layout import page_layout, reading_order, row_order
 from ocr_app.engines.rapidocr.engine import RapidOcrEngine
 
-from .docs import ARTICLE, layout_pages, photo_like, render_columns
+from .docs import ARTICLE, TABLE, layout_pages, photo_like, render_columns
 
 H = 20  # line height of the synthetic boxes; a 400-wide column holds ~45 characters of it
 
@@ -362,3 +362,12 @@ def test_layout_pages_read_in_order_with_their_blocks(engine, name, variant):
     page = engine._run(image)
     assert cer(flat(doc.text), flat(page.joined_text())) <= 0.02, page.joined_text()
     assert [(b.type, len(b.lines)) for b in page.blocks] == PAGES[name]
+    if name == "table":  # its cells: the text it was drawn with, row by row (tests/docs.py TABLE)
+        table = page.blocks[0].table
+        assert table is not None and (table.rows, table.columns) == (len(TABLE), len(TABLE[0]))
+        got = [["" for _ in row] for row in TABLE]
+        for c in table.cells:
+            assert c.column_span == 1
+            got[c.row][c.column] = " ".join(page.lines[i].text for i in c.lines)
+        assert [[t.casefold() for t in row] for row in got] == [[t.casefold() for t in row] for row in TABLE]
+        assert page.joined_text() == "\n".join("\t".join(row) for row in got)

@@ -61,10 +61,29 @@ class EngineLine:
 
 
 @dataclass
+class EngineCell:
+    row: int
+    column: int
+    row_span: int
+    column_span: int
+    lines: list[int]  # indices into the page's lines, left to right
+    bbox: tuple[float, float, float, float] | None  # normalised
+    text: str | None = None  # where one line holds several cells (a model's table row): the cell's own
+
+
+@dataclass
+class EngineTable:
+    rows: int
+    columns: int
+    cells: list[EngineCell]  # row by row, left to right
+
+
+@dataclass
 class EngineBlock:
     type: str  # text, title, table, figure, header, footer, ...
     bbox: tuple[float, float, float, float] | None  # the union of its lines' boxes, normalised
     lines: list[int]  # indices into the page's lines
+    table: EngineTable | None = None  # a table block's rows and cells, where the engine finds them
 
 
 @dataclass
@@ -82,7 +101,19 @@ class EnginePage:
             return self.text
         if not self.blocks:
             return "\n".join(ln.text for ln in self.lines)
-        return "\n\n".join("\n".join(self.lines[i].text for i in b.lines) for b in self.blocks)
+        return "\n\n".join(self.block_text(b) for b in self.blocks)
+
+    def block_text(self, block: EngineBlock) -> str:
+        """A block's lines one per line; a table's row by row, its cells apart by a tab."""
+        if block.table is None:
+            return "\n".join(self.lines[i].text for i in block.lines)
+        rows: list[list[str]] = [[] for _ in range(block.table.rows)]
+        for cell in block.table.cells:
+            rows[cell.row].append(self.cell_text(cell))
+        return "\n".join("\t".join(row) for row in rows if row)
+
+    def cell_text(self, cell: EngineCell) -> str:
+        return cell.text if cell.text is not None else " ".join(self.lines[i].text for i in cell.lines)
 
 
 class EngineError(Exception):

@@ -13,6 +13,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .tables import Table, detached, table_cells
+
 Box = tuple[float, float, float, float]
 Span = tuple[float, float, int]  # x0, x1, lines: an interval of the x-axis that lines cover
 
@@ -304,6 +306,7 @@ class Block:
     type: str  # text, title, table, header, footer
     bbox: Box  # the union of its lines' boxes
     lines: list[int]  # indices of its boxes, in reading order
+    table: Table | None = None  # a table's rows and cells (tables.py); its lines are read cell by cell
 
 
 def page_layout(boxes: list[Box], page_height: float = 1.0, upright: list[Box] | None = None) -> list[Block]:
@@ -341,7 +344,16 @@ def page_layout(boxes: list[Box], page_height: float = 1.0, upright: list[Box] |
     for group in groups:
         rows = line_rows(boxes, group)
         if len(rows) >= TABLE_MIN_ROWS and sum(cells(r) > 1 for r in rows) >= TABLE_CELL_SHARE * len(rows):
-            out.append(block("table", rows))
+            found = table_cells(boxes, group)
+            head, tail = detached(boxes, found)
+            if head or tail:  # a title over the table, a page number under it: blocks of their own
+                rows_of = [[i for c in found.cells if c.row == r for i in c.lines] for r in range(found.rows)]
+                out += [block("text", [row]) for row in rows_of[:head]]
+                found = table_cells(boxes, [i for row in rows_of[head : found.rows - tail] for i in row])
+            out.append(block("table", [found.order()]))
+            out[-1].table = found
+            if tail:
+                out += [block("text", [row]) for row in rows_of[found.rows + head :]]
             continue
         tops = [min(boxes[i][1] for i in r) for r in rows]
         bottoms = [max(boxes[i][3] for i in r) for r in rows]
@@ -366,13 +378,19 @@ def page_layout(boxes: list[Box], page_height: float = 1.0, upright: list[Box] |
             last.type = "footer"
     if upright is not None:  # the blocks found upright, their boxes on the page as sent
         for b in out:
-            b.bbox = (
-                min(sent[i][0] for i in b.lines),
-                min(sent[i][1] for i in b.lines),
-                max(sent[i][2] for i in b.lines),
-                max(sent[i][3] for i in b.lines),
-            )
+            b.bbox = _union_box(sent, b.lines)
+            for cell in b.table.cells if b.table else ():
+                cell.bbox = _union_box(sent, cell.lines)
     return out
+
+
+def _union_box(boxes: list[Box], ids: list[int]) -> Box:
+    return (
+        min(boxes[i][0] for i in ids),
+        min(boxes[i][1] for i in ids),
+        max(boxes[i][2] for i in ids),
+        max(boxes[i][3] for i in ids),
+    )
 
 
 def _margin(b: Block, boxes: list[Box], tall: Callable[[list[int]], bool]) -> bool:

@@ -16,10 +16,10 @@ from dataclasses import dataclass
 from ..config import Settings
 from ..documents.decode import DecodePool, DecodeRequest
 from ..documents.image import PageImage
-from ..engines.base import Engine, EngineError, EnginePage
+from ..engines.base import Engine, EngineBlock, EngineError, EnginePage
 from ..errors import JobPageTimeout, NotReady, RequestTimeout
 from ..metrics import Metrics
-from ..schemas import Block, Line, OcrResponse, Page, Timings
+from ..schemas import Block, Cell, Line, OcrResponse, Page, Timings
 from .admission import Admission
 from .health import HealthMonitor
 
@@ -182,7 +182,27 @@ def _page(img: PageImage, ep: EnginePage) -> Page:
         text=ep.joined_text(),
         rotation=ep.rotation,
         lines=[Line(text=ln.text, bbox=ln.bbox, confidence=ln.confidence) for ln in ep.lines],
-        blocks=[Block(type=b.type, bbox=b.bbox, lines=b.lines) for b in ep.blocks],
+        blocks=[_block(ep, b) for b in ep.blocks],
         warnings=ep.warnings,
         preview=img.preview,
+    )
+
+
+def _block(ep: EnginePage, b: EngineBlock) -> Block:
+    if b.table is None:
+        return Block(type=b.type, bbox=b.bbox, lines=b.lines)
+    cells = [
+        Cell(
+            row=c.row,
+            column=c.column,
+            row_span=c.row_span,
+            column_span=c.column_span,
+            text=ep.cell_text(c),
+            bbox=c.bbox,
+            lines=c.lines,
+        )
+        for c in b.table.cells
+    ]
+    return Block(
+        type=b.type, bbox=b.bbox, lines=b.lines, rows=b.table.rows, columns=b.table.columns, cells=cells
     )

@@ -52,6 +52,46 @@ BRING_UP_S = 1800  # scripts/demo.py's own limit below
 UNTIMED_FIRST = ("test_converged.py",)
 
 
+# `make test` names the stages that run beside this one (OCRFLEET_BESIDE) and the file each stage's name is
+# written to as it ends, passed or failed (OCRFLEET_STAGES_ENDED). The first timed test waits for them, so
+# that a longer test-app delays the fleet's timed tests instead of slowing what they time.
+BESIDE_WAIT_S = 900
+
+
+def wait_for_stages_beside() -> None:
+    beside = set(os.environ.get("OCRFLEET_BESIDE", "").split()) - {"test-fleet"}
+    ended_file = os.environ.get("OCRFLEET_STAGES_ENDED")
+    if not beside or not ended_file:
+        return
+    start = time.monotonic()
+    while True:
+        try:
+            ended = set(Path(ended_file).read_text().split())
+        except FileNotFoundError:
+            ended = set()
+        waited = time.monotonic() - start
+        if beside <= ended:
+            say(f"stages beside the fleet ended ({' '.join(sorted(beside))}): waited {waited:.0f} s")
+            return
+        if waited > BESIDE_WAIT_S:
+            say(f"still running beside the fleet after {waited:.0f} s: {' '.join(sorted(beside - ended))}")
+            return
+        time.sleep(2)  # polls a file: the timed tests start once it names every stage beside
+
+
+_quiet = False
+
+
+@pytest.fixture(autouse=True)
+def _timed_tests_run_alone(request):
+    """Before the first test that times something: the stages beside have ended (see above)."""
+    global _quiet
+    here = Path(__file__).parent
+    if not _quiet and request.node.path.is_relative_to(here) and request.node.path.name not in UNTIMED_FIRST:
+        wait_for_stages_beside()
+        _quiet = True
+
+
 def pytest_collection_modifyitems(items):
     here = Path(__file__).parent
     items.sort(key=lambda item: item.path.is_relative_to(here) and item.path.name not in UNTIMED_FIRST)

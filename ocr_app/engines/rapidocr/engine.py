@@ -30,7 +30,17 @@ from PIL import Image
 
 from ...documents.image import PageImage
 from ...sched import JOB_PRIORITY, to_job_priority
-from ..base import Engine, EngineBlock, EngineError, EngineLine, EnginePage, PriorityGate, model_label
+from ..base import (
+    Engine,
+    EngineBlock,
+    EngineCell,
+    EngineError,
+    EngineLine,
+    EnginePage,
+    EngineTable,
+    PriorityGate,
+    model_label,
+)
 from ..layout import Box, deskewed, page_layout, page_skew
 from .orientation import ROTATIONS, oriented, unrotate
 from .revision import check_revision
@@ -281,12 +291,23 @@ def _to_page(out: Any, width: int, height: int, deskew: bool = True) -> EnginePa
     layout = page_layout(boxes, float(height), upright)
     lines: list[EngineLine] = []
     blocks: list[EngineBlock] = []
+    at: dict[int, int] = {}  # a detected line's index -> its place in the reading order
     for block in layout:  # the lines of one block after another: the reading order
         first = len(lines)
         for i in block.lines:
+            at[i] = len(lines)
             score = round(min(1.0, max(0.0, float(out.scores[i]))), 4)
             lines.append(EngineLine(text=out.txts[i], bbox=normalised(boxes[i]), confidence=score))
-        blocks.append(EngineBlock(block.type, normalised(block.bbox), list(range(first, len(lines)))))
+        table = None
+        if block.table is not None:
+            cells = [
+                EngineCell(
+                    c.row, c.column, c.row_span, c.column_span, [at[i] for i in c.lines], normalised(c.bbox)
+                )
+                for c in block.table.cells
+            ]
+            table = EngineTable(block.table.rows, block.table.columns, cells)
+        blocks.append(EngineBlock(block.type, normalised(block.bbox), list(range(first, len(lines))), table))
     return EnginePage(lines=lines, blocks=blocks)
 
 

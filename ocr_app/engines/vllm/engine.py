@@ -25,6 +25,7 @@ import importlib.util
 import logging
 import os
 import uuid
+from collections import Counter
 from typing import Any
 
 from PIL import Image
@@ -45,6 +46,7 @@ from .device import device_from_env, is_nvml_mismatch, nvml_memory, nvml_problem
 from .grounding import Grounder, align, union
 from .output import Attempt, find_loop, line_confidences, markdown_blocks, page_warnings
 from .runtime import Vllm, VllmMetrics, import_vllm, in_daemon_thread, weight_files
+from .tables import markup_table
 
 log = logging.getLogger("ocr_app.engines.vllm")
 
@@ -389,6 +391,12 @@ class VllmEngine(Engine):
         blocks = []
         for kind, idx in markdown_blocks(text):
             located = [b for i in idx if (b := boxes[i]) is not None]
-            blocks.append(EngineBlock(kind, union(located) if located else None, idx))
+            table = markup_table([lines[i].text for i in idx], idx) if kind == "table" else None
+            if table is not None:  # a cell takes its line's box where the line holds that cell alone
+                holders = Counter(i for c in table.cells for i in c.lines)
+                for c in table.cells:
+                    if len(c.lines) == 1 and holders[c.lines[0]] == 1:
+                        c.bbox = boxes[c.lines[0]]
+            blocks.append(EngineBlock(kind, union(located) if located else None, idx, table))
         warnings = page_warnings(best, attempts)
         return EnginePage(lines=lines, text=text.strip(), warnings=warnings, blocks=blocks)

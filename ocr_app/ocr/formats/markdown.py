@@ -2,9 +2,9 @@
 
 - `title` blocks are headings: the document's first `#`, every later one `##`.
 - `text`, `list`, `formula` and `figure` blocks are paragraphs: their lines, one per line.
-- `table` blocks are pipe tables: the block's lines grouped into rows by their boxes (a line whose vertical
-  middle lies within the row's extent joins it), cells left to right, the first row the header row. Where a
-  line of the block has no box, each line is a row of one cell.
+- `table` blocks are pipe tables from their cells, the first row the header row; a cell spanning several
+  columns is written in its first, the others left empty (pipe tables have no spans). A table block
+  without cells (a result stored before tables had them) is a table of one column, a line a row.
 - `header` and `footer` blocks (running heads, page numbers) are left out: they are not the page's content.
 - A page without blocks (an engine that cannot group its lines) is one paragraph of its lines.
 - Engine `vllm`: the page's text is already the model's Markdown and is passed through as it is.
@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import re
 
-from ...schemas import Line, OcrResponse, Page
+from ...schemas import Block, OcrResponse, Page
 
 MEDIA_TYPE = "text/markdown"
 
@@ -61,40 +61,24 @@ def _page(page: Page, state: _State) -> str:
             hashes = "#" if state.titles == 1 else "##"
             parts.append(f"{hashes} " + " ".join(escape(line.text.strip()) for line in lines))
         elif block.type == "table":
-            parts.append(_table(lines))
+            parts.append(_table(block, page) or "\n".join(escape(line.text) for line in lines))
         else:
             parts.append("\n".join(escape(line.text) for line in lines))
     return "\n\n".join(parts)
 
 
-def rows(lines: list[Line]) -> list[list[Line]]:
-    """A table block's lines as rows of cells, from their boxes; one cell per row where a box is missing."""
-    if any(line.bbox is None for line in lines):
-        return [[line] for line in lines]
-    out: list[list[Line]] = []
-    extent: list[tuple[float, float]] = []
-    for line in sorted(lines, key=lambda ln: (_box(ln)[1] + _box(ln)[3]) / 2):
-        _, y0, _, y1 = _box(line)
-        middle = (y0 + y1) / 2
-        if out and extent[-1][0] <= middle <= extent[-1][1]:
-            out[-1].append(line)
-            top, bottom = extent[-1]
-            extent[-1] = (min(top, y0), max(bottom, y1))
-        else:
-            out.append([line])
-            extent.append((y0, y1))
-    return [sorted(row, key=lambda ln: _box(ln)[0]) for row in out]
-
-
-def _box(line: Line) -> tuple[float, float, float, float]:
-    assert line.bbox is not None
-    return line.bbox
-
-
-def _table(lines: list[Line]) -> str:
-    grid = [[escape(cell.text.strip(), line_start=False) for cell in row] for row in rows(lines)]
+def _table(block: Block, page: Page) -> str:
+    if block.cells is None or not block.rows or not block.columns:
+        grid = [[page.lines[i].text.strip()] for i in block.lines if 0 <= i < len(page.lines)]
+    else:
+        grid = [[""] * block.columns for _ in range(block.rows)]
+        for cell in block.cells:
+            if cell.row < block.rows and cell.column < block.columns:
+                grid[cell.row][cell.column] = cell.text.strip()
+    grid = [[escape(text, line_start=False) for text in row] for row in grid if any(row)]
+    if not grid:
+        return ""
     columns = max(len(row) for row in grid)
-    grid = [row + [""] * (columns - len(row)) for row in grid]
     out = ["| " + " | ".join(grid[0]) + " |", "|" + " --- |" * columns]
     out += ["| " + " | ".join(row) + " |" for row in grid[1:]]
     return "\n".join(out)

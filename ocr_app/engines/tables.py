@@ -1,0 +1,191 @@
+"""A table block's rows and cells, from its line boxes alone (alignment; engine-independent geometry, like
+ocr_app/engines/layout.py, which finds the table blocks).
+
+Rows: the boxes sorted by their vertical centres; a box whose centre lies more than ROW_GAP of the table's
+median line height (h) below the running mean of the current row's centres starts a new row. A page read
+upright (deskewed) keeps a row's centres within a few tenths of h of each other, while the rows of the
+densest real tables are a line height or more apart.
+
+Columns: a table's columns are separated by vertical strips that (almost) no row crosses. For every x, the
+number of rows with a box over it is counted; a separator is a run at least SEPARATOR_MIN h wide where at most
+SPAN_SHARE of the rows cross (a spanning head, a title over the table), and the columns are what lies between
+separators. A box belongs to the columns between the separators left and right of it: one, or several for a
+spanning cell (it crosses a separator's middle). Boxes of one row whose columns meet are one cell, their text
+joined left to right (the detector may split a cell's words at a wide space). Alignment cannot see a cell
+that wraps onto a second line: it is two rows, each with its part.
+
+Noise (a box under NOISE_MAX_WIDTH h wide: a bullet, a stray mark, a piece of a vertical rule) is not
+counted over the x-axis, so that it cannot split a separator.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+Box = tuple[float, float, float, float]
+
+ROW_GAP = 0.5
+# A first or last row with few cells (under half the columns, at most 2 more than one) standing apart from
+# the rest (a blank above or below it DETACHED times the table's median blank between rows, and at least
+# DETACHED_MIN h more than it) is not the table's: a title over it, a note or a page number under it.
+DETACHED = 2.0
+DETACHED_MIN = 0.4
+SEPARATOR_MIN = 0.3
+SPAN_SHARE = 0.15
+NOISE_MAX_WIDTH = 0.6
+PADDING = 0.15
+GRID = 20  # x-axis steps per h
+
+
+@dataclass
+class Cell:
+    row: int  # 0-based
+    column: int  # 0-based, the leftmost column it covers
+    row_span: int
+    column_span: int
+    lines: list[int]  # indices of its boxes, left to right
+    bbox: Box
+
+
+@dataclass
+class Table:
+    rows: int
+    columns: int
+    cells: list[Cell]  # row by row, left to right
+
+    def order(self) -> list[int]:
+        """The table's boxes row by row, cell by cell: its reading order."""
+        return [i for cell in self.cells for i in cell.lines]
+
+
+def table_cells(boxes: Sequence[Box], ids: Sequence[int]) -> Table:
+    """The rows and cells of the table whose boxes are `ids` (indices into `boxes`, any order)."""
+    if not ids:
+        return Table(0, 0, [])
+    idx = np.asarray(ids)
+    b = np.asarray([boxes[i] for i in ids], dtype=np.float64).reshape(-1, 4)
+    x0, y0, x1, y1 = b.T
+    h = float(np.median(y1 - y0))
+    if not h > 0:
+        h = 1.0
+    rows = _rows((y0 + y1) / 2, h)
+    starts, ends = _separators(x0, x1, rows, h)
+    # Column k lies between separator k-1's end and separator k's start. A box belongs to the columns whose
+    # extent it overlaps: one, or several for a spanning cell; a box within a separator (a head narrower
+    # than the gap, a page number under the table) to the column nearest its middle.
+    lo_edge = np.r_[-np.inf, ends]
+    hi_edge = np.r_[starts, np.inf]
+    middle = (x0 + x1) / 2
+    nearest = np.searchsorted((starts + ends) / 2, middle)
+    first = np.empty(len(b), dtype=np.int64)
+    last = np.empty(len(b), dtype=np.int64)
+    for k in range(len(b)):
+        over = np.flatnonzero((x0[k] < hi_edge) & (x1[k] > lo_edge))
+        first[k], last[k] = (over[0], over[-1]) if len(over) else (nearest[k], nearest[k])
+    cells: list[Cell] = []
+    for r, members in enumerate(rows):
+        members = sorted(members, key=lambda k: (first[k], x0[k]))
+        group: list[int] = []
+        for k in members:
+            if group and first[k] <= max(last[g] for g in group):
+                group.append(k)
+                continue
+            if group:
+                cells.append(_cell(r, group, idx, b, first, last))
+            group = [k]
+        cells.append(_cell(r, group, idx, b, first, last))
+    return Table(len(rows), len(starts) + 1, cells)
+
+
+def detached(boxes: Sequence[Box], table: Table) -> tuple[int, int]:
+    """How many of the table's first and last rows stand apart from it (see DETACHED)."""
+    if table.rows < 4:
+        return 0, 0
+    tops = [min(boxes[i][1] for c in table.cells if c.row == r for i in c.lines) for r in range(table.rows)]
+    bottoms = [
+        max(boxes[i][3] for c in table.cells if c.row == r for i in c.lines) for r in range(table.rows)
+    ]
+    per_row = [sum(c.row == r for c in table.cells) for r in range(table.rows)]
+    gaps = [max(0.0, t - b) for t, b in zip(tops[1:], bottoms, strict=False)]
+    heights = sorted(b - t for t, b in zip(tops, bottoms, strict=True))
+    h, usual = heights[len(heights) // 2], sorted(gaps)[len(gaps) // 2]
+    few = max(2, table.columns // 2)
+
+    def apart(gap: float, r: int) -> bool:
+        return per_row[r] < few and gap >= DETACHED * usual and gap >= usual + DETACHED_MIN * h
+
+    head = 0
+    while head < table.rows - 3 and apart(gaps[head], head):
+        head += 1
+    tail = 0
+    while tail < table.rows - 3 - head and apart(gaps[-1 - tail], table.rows - 1 - tail):
+        tail += 1
+    return head, tail
+
+
+def _rows(centre: np.ndarray, h: float) -> list[list[int]]:
+    """Positions (into the table's boxes) grouped in rows top to bottom."""
+    out: list[list[int]] = []
+    total = 0.0
+    for k in np.argsort(centre, kind="stable").tolist():
+        c = float(centre[k])
+        if out and c - total / len(out[-1]) <= ROW_GAP * h:
+            out[-1].append(k)
+            total += c
+        else:
+            out.append([k])
+            total = c
+    return out
+
+
+def _separators(
+    x0: np.ndarray, x1: np.ndarray, rows: list[list[int]], h: float
+) -> tuple[np.ndarray, np.ndarray]:
+    """The x where each column separator starts and ends, left to right. A box is counted without its
+    padding (PADDING h each side: the detector's boxes reach past the ink, and neighbouring cells' boxes
+    may touch or overlap where the ink does not)."""
+    solid = x1 - x0 >= NOISE_MAX_WIDTH * h
+    if not solid.any():
+        return np.empty(0), np.empty(0)
+    a, z = x0 + PADDING * h, x1 - PADDING * h
+    left, right = float(a[solid].min()), float(z[solid].max())
+    step = h / GRID
+    n = int(np.ceil((right - left) / step)) + 1
+    count = np.zeros(n, dtype=np.int64)
+    for members in rows:
+        covered = np.zeros(n + 1, dtype=np.int64)
+        for k in members:
+            if solid[k]:
+                covered[int((a[k] - left) / step)] += 1
+                covered[int(np.ceil((z[k] - left) / step)) + 1] -= 1
+        count += np.cumsum(covered)[:n] > 0
+    low = count <= SPAN_SHARE * len(rows)
+    # Runs of low coverage strictly inside the table's extent, at least SEPARATOR_MIN h wide.
+    edges = np.flatnonzero(np.diff(np.r_[0, low.astype(np.int8), 0]))
+    starts, ends = edges[0::2], edges[1::2]
+    keep = (starts > 0) & (ends < n) & ((ends - starts) * step >= SEPARATOR_MIN * h)
+    return left + starts[keep] * step - PADDING * h, left + ends[keep] * step + PADDING * h
+
+
+def _cell(
+    row: int, group: list[int], idx: np.ndarray, b: np.ndarray, first: np.ndarray, last: np.ndarray
+) -> Cell:
+    lo = int(min(first[k] for k in group))
+    hi = int(max(last[k] for k in group))
+    members = sorted(group, key=lambda k: (b[k, 0], b[k, 1]))
+    return Cell(
+        row=row,
+        column=lo,
+        row_span=1,
+        column_span=hi - lo + 1,
+        lines=[int(idx[k]) for k in members],
+        bbox=(
+            float(b[group, 0].min()),
+            float(b[group, 1].min()),
+            float(b[group, 2].max()),
+            float(b[group, 3].max()),
+        ),
+    )

@@ -1,0 +1,176 @@
+"""A table block's rows and cells from its line boxes (ocr_app/engines/tables.py): columns from the strips no
+row crosses, spanning heads, cells split by the detector, rows on a tilted scan, and each limit at the limit
+and one past it. The grids expected are written out by hand; the engine's cells of a rendered table are
+checked against the text it was drawn with in tests/test_reading_order.py and, through the app, in
+tests/test_formats.py."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from ocr_app.engines import tables
+from ocr_app.engines.layout import page_layout
+from ocr_app.engines.tables import table_cells
+
+H = 20  # the line height of every box here: one grid step (h / GRID) is 1 unit
+
+
+def box(x0: float, y: float, x1: float, height: float = H) -> tuple[float, float, float, float]:
+    return (x0, y, x1, y + height)
+
+
+def grid(boxes, ids=None) -> list[list[tuple[int, int, list[int]]]]:
+    """The table as rows of (column, column_span, lines)."""
+    t = table_cells(boxes, list(range(len(boxes))) if ids is None else ids)
+    out: list[list[tuple[int, int, list[int]]]] = [[] for _ in range(t.rows)]
+    for c in t.cells:
+        assert c.row_span == 1
+        out[c.row].append((c.column, c.column_span, c.lines))
+    return out
+
+
+def shuffled(boxes, seed: int = 7):
+    order = list(range(len(boxes)))
+    random.Random(seed).shuffle(order)
+    return [boxes[i] for i in order], order
+
+
+def test_right_aligned_figures_under_wider_heads():
+    # A name column, then two columns of right-aligned figures whose heads are wider than the figures and
+    # reach into the gap before them ("cyl" over single digits, as on the mtcars page).
+    boxes = [box(0, 0, 60), box(150, 0, 240), box(300, 0, 400)]  # heads
+    for r, (name, a, b) in enumerate([(140, 30, 60), (90, 50, 80), (120, 30, 70)]):
+        y = (r + 1) * 30
+        boxes += [box(0, y, name), box(240 - a, y, 240), box(400 - b, y, 400)]
+    rows = grid(boxes)
+    assert [[c[:2] for c in row] for row in rows] == [[(0, 1), (1, 1), (2, 1)]] * 4
+    assert [c[2] for c in rows[0]] == [[0], [1], [2]]
+    assert [c[2] for c in rows[2]] == [[6], [7], [8]]
+
+
+def test_a_head_over_two_columns_spans_them():
+    boxes = [box(200, 0, 380)]  # "Male" over "Total" and "Under 18"
+    for r in range(6):
+        y = (r + 1) * 30
+        boxes += [box(0, y, 100), box(200, y, 260), box(320, y, 380)]
+    rows = grid(boxes)
+    assert rows[0] == [(1, 2, [0])]
+    assert all([c[:2] for c in row] == [(0, 1), (1, 1), (2, 1)] for row in rows[1:])
+
+
+def test_a_cell_split_by_the_detector_is_one_cell_and_touching_cells_are_two():
+    # Row 0: "JUAN" and "MARTIN" in one cell (the detector split it at a wide space; other rows' names run
+    # across that space), and a date and a word whose boxes overlap by 4 units (their padding; the ink is
+    # apart), as the detector gave "09/10/2013" and "EFECTIVO" on a few of the campaign donors' rows.
+    boxes = [box(0, 0, 60), box(75, 0, 130), box(200, 0, 300), box(296, 0, 390)]
+    for r, name in enumerate([150, 120, 140, 110, 150, 130, 100], start=1):
+        boxes += [box(0, r * 30, name), box(200, r * 30, 290), box(300, r * 30, 390)]
+    rows = grid(boxes)
+    assert rows[0] == [(0, 1, [0, 1]), (1, 1, [2]), (2, 1, [3])]
+    assert all([c[:2] for c in row] == [(0, 1), (1, 1), (2, 1)] for row in rows)
+
+
+def test_rows_of_a_tilted_scan_and_shuffled_boxes():
+    # A residual tilt: each cell 2 units lower than the one left of it (0.1 h), rows 28 apart.
+    rows = []
+    for r in range(5):
+        rows.append([box(c * 150, r * 28 + 2 * c, c * 150 + 100) for c in range(4)])
+    flat = [b for row in rows for b in row]
+    boxes, order = shuffled(flat)
+    t = table_cells(boxes, list(range(len(boxes))))
+    assert (t.rows, t.columns) == (5, 4)
+    # Read row by row, cell by cell: the boxes in the order they were made.
+    assert [order[i] for i in t.order()] == list(range(len(flat)))
+
+
+def test_a_row_gap_at_the_limit_and_one_past_it():
+    # Two boxes side by side whose centres are ROW_GAP h apart are one row; a unit more, two rows.
+    gap = tables.ROW_GAP * H
+    t = table_cells([box(0, 0, 100), box(200, gap, 300)], [0, 1])
+    assert t.rows == 1
+    t = table_cells([box(0, 0, 100), box(200, gap + 1, 300)], [0, 1])
+    assert t.rows == 2
+
+
+def columns_with_ink_gap(gap: float) -> int:
+    # Two columns of 4 rows whose ink (boxes less their padding) is `gap` apart.
+    pad = tables.PADDING * H
+    boxes = []
+    for r in range(4):
+        boxes += [box(0, r * 30, 100), box(100 + gap - 2 * pad, r * 30, 200)]
+    return table_cells(boxes, list(range(len(boxes)))).columns
+
+
+def test_a_separator_at_its_least_width_and_one_step_under():
+    # A run of low coverage is measured between the last step covered left and the first covered right:
+    # an ink gap of SEPARATOR_MIN h and one step is a run of SEPARATOR_MIN h.
+    least = tables.SEPARATOR_MIN * H + H / tables.GRID
+    assert columns_with_ink_gap(least) == 2
+    assert columns_with_ink_gap(least - H / tables.GRID) == 1
+
+
+@pytest.mark.parametrize(("spanning", "columns"), [(3, 2), (4, 1)])
+def test_rows_crossing_a_separator_at_the_span_share_and_one_past(spanning, columns):
+    # 20 rows; rows crossing the gap (SPAN_SHARE of them, 3, still leave it a separator; 4 do not).
+    assert tables.SPAN_SHARE * 20 >= 3 and tables.SPAN_SHARE * 20 < 4
+    boxes = []
+    for r in range(20):
+        if r < spanning:
+            boxes.append(box(0, r * 30, 300))
+        else:
+            boxes += [box(0, r * 30, 100), box(200, r * 30, 300)]
+    assert table_cells(boxes, list(range(len(boxes)))).columns == columns
+
+
+def test_marks_in_a_gap_do_not_split_it():
+    # An 11-unit mark (under NOISE_MAX_WIDTH h) in the middle of the gap on every row, as a dotted vertical
+    # rule gives: still one separator, two columns; the mark joins the column nearest its middle.
+    boxes = []
+    for r in range(4):
+        boxes += [box(0, r * 30, 100), box(145, r * 30, 156), box(200, r * 30, 300)]
+    t = table_cells(boxes, list(range(len(boxes))))
+    assert t.columns == 2
+    assert [c.column for c in t.cells if 1 in c.lines] == [0]
+
+
+def test_cells_whose_boxes_nearly_touch_are_apart_by_their_ink():
+    # Every row's two boxes 2 units apart: without their padding (PADDING h a side) the ink is a separator's
+    # width apart.
+    boxes = []
+    for r in range(4):
+        boxes += [box(0, r * 30, 100), box(102, r * 30, 200)]
+    assert table_cells(boxes, list(range(len(boxes)))).columns == 2
+
+
+def detached_rows(gap: float, usual: float = 8) -> list[str]:
+    """page_layout's blocks of a 6-row, 3-column table with a page number `gap` below its last row."""
+    boxes = []
+    for r in range(6):
+        y = r * (H + usual)
+        boxes += [box(0, y, 140), box(300, y, 360), box(450, y, 520)]
+    last_bottom = 5 * (H + usual) + H
+    boxes.append(box(300, last_bottom + gap, 330))
+    return [b.type for b in page_layout(boxes, 2000.0)]
+
+
+def test_a_row_standing_apart_under_the_table_is_not_the_tables():
+    # The blank under the table's rows is 8; a row DETACHED times that and DETACHED_MIN h more apart is not
+    # the table's (the page number of the tabula pages); a unit less and it is the table's last row.
+    usual = 8
+    least = max(tables.DETACHED * usual, usual + tables.DETACHED_MIN * H)
+    assert detached_rows(least) == ["table", "text"]
+    assert detached_rows(least - 1) == ["table"]
+    # A row as full as the table's (a total under a blank) stays the table's however far apart.
+    boxes = []
+    for r in range(7):
+        y = r * (H + usual) + (40 if r == 6 else 0)
+        boxes += [box(0, y, 140), box(300, y, 360), box(450, y, 520)]
+    assert [b.type for b in page_layout(boxes, 2000.0)] == ["table"]
+
+
+def test_nothing_and_one_box():
+    assert table_cells([], []).cells == []
+    t = table_cells([box(0, 0, 50)], [0])
+    assert (t.rows, t.columns, t.order()) == (1, 1, [0])
