@@ -1,0 +1,141 @@
+"""format=pdf on POST /v1/ocr: the searchable PDF, read back by tools no one here wrote: poppler's pdftotext
+(the text layer, against the JSON's text by jiwer's CER), qpdf --check (the file's structure), pikepdf (pages,
+/Rotate, the JPEG's stream, metadata and links)."""
+
+from __future__ import annotations
+
+import io
+import subprocess
+from pathlib import Path
+
+import jiwer
+import pikepdf
+import pytest
+
+from .docs import TEXTS, encode, pdf, render
+
+PDF = "application/pdf"
+
+
+def pdftotext(data: bytes, tmp_path: Path) -> list[str]:
+    """Each page's text as poppler extracts it, whitespace collapsed."""
+    path = tmp_path / "answer.pdf"
+    path.write_bytes(data)
+    out = subprocess.run(["pdftotext", str(path), "-"], capture_output=True, text=True, check=True).stdout
+    return [" ".join(page.split()) for page in out.split("\f")[: len(pikepdf.open(path).pages)]]
+
+
+def qpdf_check(data: bytes, tmp_path: Path) -> None:
+    path = tmp_path / "check.pdf"
+    path.write_bytes(data)
+    r = subprocess.run(["qpdf", "--check", str(path)], capture_output=True, text=True)
+    assert r.returncode == 0 and "No syntax or stream encoding errors" in r.stdout, r.stdout + r.stderr
+
+
+def json_texts(answer: dict) -> list[str]:
+    return [" ".join(p["text"].split()) for p in answer["pages"]]
+
+
+def ask(server, data: bytes, content_type: str, **params):
+    r = server.ocr(data, content_type, params={"format": "pdf", **params})
+    assert r.status_code == 200, r.text
+    assert r.headers["content-type"] == PDF
+    return r.content
+
+
+@pytest.fixture(scope="module")
+def scanned() -> bytes:
+    """A two-page scan (no text in it) with a title in its document info and a link on page 1."""
+    pages = [render(TEXTS["en"][:3]).image, render(["Harbour Road 42", "Zażółć gęślą jaźń"]).image]
+    with pikepdf.open(io.BytesIO(pdf(pages, dpi=200))) as doc:
+        doc.docinfo["/Title"] = "Harbour report"
+        link = pikepdf.Dictionary(
+            Type=pikepdf.Name.Annot,
+            Subtype=pikepdf.Name.Link,
+            Rect=[10, 10, 100, 40],
+            A=pikepdf.Dictionary(S=pikepdf.Name.URI, URI=pikepdf.String("https://example.org/harbour")),
+        )
+        doc.pages[0].obj.Annots = doc.make_indirect(pikepdf.Array([doc.make_indirect(link)]))
+        out = io.BytesIO()
+        doc.save(out)
+        return out.getvalue()
+
+
+@pytest.fixture(scope="module")
+def scanned_answers(server, scanned) -> tuple[dict, bytes]:
+    r = server.ocr(scanned, PDF)
+    assert r.status_code == 200, r.text
+    return r.json(), ask(server, scanned, PDF)
+
+
+def test_scanned_pdf_gets_a_text_layer_with_the_jsons_text(scanned_answers, scanned, tmp_path):
+    answer, out = scanned_answers
+    qpdf_check(out, tmp_path)
+    with pikepdf.open(io.BytesIO(out)) as doc:
+        assert len(doc.pages) == 2
+        # The pages kept: their title and link survive.
+        assert str(doc.docinfo["/Title"]) == "Harbour report"
+        (annot,) = doc.pages[0].obj.Annots
+        assert str(annot.A.URI) == "https://example.org/harbour"
+    texts = pdftotext(out, tmp_path)
+    for got, want in zip(texts, json_texts(answer), strict=True):
+        assert want, "the JSON read text"
+        assert jiwer.cer(want, got) <= 0.005, (want, got)
+    # The layer costs little: the scan's images are kept as they were, not re-encoded.
+    assert len(out) <= 1.1 * len(scanned) + 64_000, (len(out), len(scanned))
+
+
+def test_a_pdf_that_has_text_is_not_overlaid_again(server, scanned_answers, tmp_path):
+    _, searchable = scanned_answers
+    again = ask(server, searchable, PDF)
+    qpdf_check(again, tmp_path)
+    first, second = pdftotext(searchable, tmp_path), pdftotext(again, tmp_path)
+    assert second == first  # once: the page's own layer, not a second one over it
+    assert second[0].count("Harbour") == first[0].count("Harbour") >= 1
+
+
+def test_pages_selects_the_output_pages(server, scanned, scanned_answers, tmp_path):
+    answer, _ = scanned_answers
+    out = ask(server, scanned, PDF, pages="2")
+    qpdf_check(out, tmp_path)
+    with pikepdf.open(io.BytesIO(out)) as doc:
+        assert len(doc.pages) == 1
+        assert "/Annots" not in doc.pages[0].obj  # page 2, not page 1 (its link)
+    (text,) = pdftotext(out, tmp_path)
+    assert jiwer.cer(json_texts(answer)[1], text) <= 0.005, text
+
+
+def test_jpeg_is_embedded_as_it_came_and_accept_chooses_pdf(server, tmp_path):
+    jpeg = encode(render(TEXTS["en"][:2]).image, "JPEG", quality=85)
+    r = server.ocr(jpeg, "image/jpeg", headers={"Accept": PDF})
+    assert r.status_code == 200, r.text
+    assert r.headers["content-type"] == PDF
+    qpdf_check(r.content, tmp_path)
+    with pikepdf.open(io.BytesIO(r.content)) as doc:
+        (page,) = doc.pages
+        (image,) = page.get_images().values()
+        assert image.Filter == pikepdf.Name.DCTDecode
+        assert image.read_raw_bytes() == jpeg
+    answer = server.ocr(jpeg, "image/jpeg").json()
+    (text,) = pdftotext(r.content, tmp_path)
+    assert jiwer.cer(json_texts(answer)[0], text) <= 0.005, text
+
+
+def test_a_turned_page_comes_back_upright(server, tmp_path):
+    doc = render(TEXTS["en"][:3])
+    turned = doc.image.rotate(90, expand=True)  # counterclockwise: the engine turns it 90 clockwise
+    png = encode(turned, "PNG")
+    answer = server.ocr(png, "image/png").json()
+    assert answer["pages"][0]["rotation"] == 90
+    out = ask(server, png, "image/png")
+    qpdf_check(out, tmp_path)
+    with pikepdf.open(io.BytesIO(out)) as pdf_doc:
+        page = pdf_doc.pages[0]
+        assert int(page.obj.get("/Rotate", 0)) == 90
+        # The page as shown (turned by /Rotate) is as wide and high as the upright page.
+        w, h = float(page.mediabox[2]), float(page.mediabox[3])
+        assert (h > w) == (doc.image.width > doc.image.height)
+    (text,) = pdftotext(out, tmp_path)
+    assert jiwer.cer(json_texts(answer)[0], text) <= 0.005, text
+    # pdftotext reads the lines upright and in order, as the page was written.
+    assert jiwer.cer(" ".join(" ".join(doc.lines).split()), text) <= 0.05, text
