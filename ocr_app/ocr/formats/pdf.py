@@ -33,6 +33,7 @@ from typing import Any
 
 import img2pdf
 import pikepdf
+from fpdf.errors import FPDFException
 from PIL import Image, ImageOps, UnidentifiedImageError
 
 from ...documents.upload import (
@@ -95,7 +96,7 @@ def render(response: OcrResponse, source: Source | None) -> bytes:
                 deterministic_id=True,
             )
             return out.getvalue()
-    except (pikepdf.PdfError, img2pdf.ImageOpenError, OSError, ValueError) as err:
+    except (pikepdf.PdfError, img2pdf.ImageOpenError, FPDFException, OSError, ValueError) as err:
         raise InvalidDocument(f"cannot make a PDF of this document: {err}") from None
 
 
