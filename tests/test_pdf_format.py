@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import io
+import re
 import subprocess
 from pathlib import Path
 
@@ -12,7 +13,11 @@ import jiwer
 import pikepdf
 import pytest
 
-from .docs import TEXTS, encode, pdf, photo_like, render
+from ocr_app.errors import InvalidDocument
+from ocr_app.ocr.formats import pdf as pdf_format
+from ocr_app.schemas import Line, OcrResponse, Page, Timings
+
+from .docs import TEXTS, encode, multipage_tiff, pdf, photo_like, render
 
 PDF = "application/pdf"
 
@@ -148,3 +153,94 @@ def test_a_turned_page_comes_back_upright(server, tmp_path):
     assert jiwer.cer(json_texts(answer)[0], text) <= 0.005, text
     # pdftotext reads the lines upright and in order, as the page was written.
     assert jiwer.cer(" ".join(" ".join(doc.lines).split()), text) <= 0.05, text
+
+
+def test_a_document_that_cannot_be_read_is_a_json_error(server):
+    r = server.ocr(b"%PDF-1.7 not really", PDF, params={"format": "pdf"})
+    assert r.status_code == 400, r.text
+    assert r.headers["content-type"] == "application/json"
+    assert r.json()["error"]["code"] == "invalid_image"
+
+
+def test_a_document_the_pdf_tools_refuse_is_invalid_not_a_crash():
+    # The engine read it (PDFium is lenient); should qpdf refuse it, the answer is invalid_image (400).
+    with pytest.raises(InvalidDocument, match="cannot make a PDF"):
+        pdf_format.render(answer_for([(1, "x")]), pdf_format.Source(b"%PDF-1.7 not really", PDF))
+
+
+# --- the renderer on hand-built answers (no engine): the inputs the app's tests above do not send ----------
+
+
+DRAWN = render(["Harbour Road ferry", "second line here"], size=40, width=900)
+
+
+def answer_for(pages: list[tuple[int, str]], drawn=DRAWN) -> OcrResponse:
+    """An answer whose page `n` reads `text` where `drawn` drew its first line."""
+    w, h = drawn.image.size
+    x0, y0, x1, y1 = drawn.boxes[0]
+    box = (x0 / w, y0 / h, x1 / w, y1 / h)
+    return OcrResponse(
+        request_id="r",
+        engine="test",
+        model="test",
+        pages=[
+            Page(page=n, width=w, height=h, text=text, lines=[Line(text=text, bbox=box, confidence=0.9)])
+            for n, text in pages
+        ],
+        timings_ms=Timings(queue=0, preprocess=0, inference=0, total=0),
+    )
+
+
+def multipart(data: bytes, content_type: str) -> tuple[bytes, str]:
+    disposition = 'Content-Disposition: form-data; name="file"; filename="x"'
+    head = f"--b0undary\r\n{disposition}\r\nContent-Type: {content_type}"
+    return (
+        f"{head}\r\n\r\n".encode() + data + b"\r\n--b0undary--\r\n",
+        "multipart/form-data; boundary=b0undary",
+    )
+
+
+@pytest.mark.parametrize("kind", ["webp", "bmp", "multipart"])
+def test_other_images_are_embedded_losslessly(kind, tmp_path):
+    image = DRAWN.image
+    if kind == "multipart":
+        body, content_type = multipart(encode(image, "PNG"), "image/png")
+    else:
+        body, content_type = encode(image, kind.upper(), **({"lossless": True} if kind == "webp" else {})), ""
+    out = pdf_format.render(answer_for([(1, "Harbour Road ferry")]), pdf_format.Source(body, content_type))
+    qpdf_check(out, tmp_path)
+    with pikepdf.open(io.BytesIO(out)) as doc:
+        (image_obj,) = doc.pages[0].get_images().values()
+        assert pikepdf.PdfImage(image_obj).as_pil_image().convert("RGB").tobytes() == image.tobytes()
+    assert pdftotext(out, tmp_path, "-raw") == ["Harbour Road ferry"]
+
+
+def test_tiff_frames_selected_and_a_sane_page_size(tmp_path):
+    frames = [render([f"frame {n}"]).image for n in ("one", "two", "three")]
+    answer = answer_for([(2, "frame two"), (3, "frame three")], render(["frame two"]))
+    out = pdf_format.render(answer, pdf_format.Source(multipage_tiff(frames), "image/tiff"))
+    with pikepdf.open(io.BytesIO(out)) as doc:
+        assert len(doc.pages) == 2
+        for page, frame in zip(doc.pages, frames[1:], strict=True):  # frames 2 and 3, as they were
+            (image_obj,) = page.get_images().values()
+            assert pikepdf.PdfImage(image_obj).as_pil_image().convert("RGB").tobytes() == frame.tobytes()
+        # Pillow's TIFF says 1 dpi: the page is the pixels at 96 dpi, not metres wide.
+        assert float(doc.pages[0].mediabox[2]) == pytest.approx(frames[0].width * 72 / 96, abs=1)
+    assert pdftotext(out, tmp_path, "-raw") == ["frame two", "frame three"]
+
+
+def test_a_pdf_pages_own_rotate_is_kept_and_the_layer_follows(tmp_path):
+    # Stored turned counterclockwise, shown upright by /Rotate 90: the engine saw it upright (rotation 0).
+    with pikepdf.open(io.BytesIO(pdf([DRAWN.image.rotate(90, expand=True)]))) as doc:
+        doc.pages[0].obj.Rotate = 90
+        buf = io.BytesIO()
+        doc.save(buf)
+    out = pdf_format.render(answer_for([(1, "Harbour Road ferry")]), pdf_format.Source(buf.getvalue(), PDF))
+    with pikepdf.open(io.BytesIO(out)) as doc:
+        assert int(doc.pages[0].obj.Rotate) == 90
+    assert pdftotext(out, tmp_path, "-raw") == ["Harbour Road ferry"]
+    # Where the line was drawn, on the page as shown (pdftotext -bbox counts points of the shown page).
+    path = tmp_path / "answer.pdf"
+    words = subprocess.run(["pdftotext", "-bbox", str(path), "-"], capture_output=True, text=True).stdout
+    x0 = float(re.search(r'xMin="([0-9.]+)"[^>]*>Harbour<', words).group(1))
+    assert x0 == pytest.approx(DRAWN.boxes[0][0] * 72 / 150, abs=2)

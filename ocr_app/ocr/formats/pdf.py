@@ -4,9 +4,11 @@ The base pages:
 - a PDF is opened with pikepdf (qpdf) and kept as it is (content, fonts, annotations and links, metadata,
   outlines); only the pages not selected by `pages=` are removed;
 - an image becomes one page per image (per TIFF frame selected) through img2pdf, losslessly: a JPEG's bytes
-  are embedded as they came (DCTDecode, never re-encoded), PNG and TIFF without loss; what img2pdf does not
-  take (WebP, BMP, an alpha channel, a mirrored EXIF orientation) goes through Pillow to PNG first, the
-  pixels the engine saw. An EXIF orientation is the page's /Rotate (img2pdf), as the app applies it.
+  are embedded as they came (DCTDecode, never re-encoded), PNG and TIFF without loss (a PNG's alpha as a
+  soft mask); WebP, BMP, a multi-frame TIFF, a mirrored EXIF orientation go through Pillow to PNG first
+  (orientation applied, alpha flattened on white: the pixels the engine saw). An EXIF orientation is the
+  page's /Rotate (img2pdf), as the app applies it. The page's size: the pixels at the image's resolution,
+  96 dpi where it names none (or an implausible one).
 
 The layer: the answer's words (each line's text split on spaces, boxes estimated from the line's as for
 hOCR: geometry.py), in reading order (blocks, then their lines), drawn in text render mode 3 (invisible) by
@@ -62,6 +64,8 @@ MIRRORED = (2, 4, 5, 7)
 # OCRmyPDF's font manager warns, per request, that a script without an installed font (CJK here) is drawn
 # invisible only: that is what this layer is, every script of it.
 logging.getLogger("ocrmypdf.font.multi_font_manager").setLevel(logging.ERROR)
+# img2pdf notes each image with an alpha channel (kept as a soft mask): not worth a log line per request.
+logging.getLogger("img2pdf").setLevel(logging.ERROR)
 
 
 @dataclass(frozen=True)
@@ -96,7 +100,7 @@ def render(response: OcrResponse, source: Source | None) -> bytes:
                 deterministic_id=True,
             )
             return out.getvalue()
-    except (pikepdf.PdfError, img2pdf.ImageOpenError, FPDFException, OSError, ValueError) as err:
+    except (pikepdf.PdfError, img2pdf.ImageOpenError, FPDFException, OSError, ValueError, IndexError) as err:
         raise InvalidDocument(f"cannot make a PDF of this document: {err}") from None
 
 
@@ -130,13 +134,25 @@ def _image_pdf(data: bytes, media_type: str, numbers: list[int]) -> bytes:
     with Image.open(io.BytesIO(data)) as im:
         frames = getattr(im, "n_frames", 1)
         orientation = im.getexif().get(0x0112, 1)
+        dpi = _dpi(im.info.get("dpi"))
+    options = {"rotation": img2pdf.Rotation.ifvalid, "layout_fun": img2pdf.get_fixed_dpi_layout_fun(dpi)}
     direct = media_type in ("image/jpeg", "image/png", "image/tiff") and orientation not in MIRRORED
     if direct and frames == 1 and numbers == [1]:
         try:
-            return bytes(img2pdf.convert(data, rotation=img2pdf.Rotation.ifvalid))
+            return bytes(img2pdf.convert(data, **options))
         except (img2pdf.AlphaChannelError, img2pdf.ImageOpenError, ValueError):
-            pass  # Pillow below: an alpha channel, a mode img2pdf does not take
-    return bytes(img2pdf.convert([_png(data, n) for n in numbers], rotation=img2pdf.Rotation.ifvalid))
+            pass  # Pillow below: a mode img2pdf does not take
+    return bytes(img2pdf.convert([_png(data, n) for n in numbers], **options))
+
+
+def _dpi(claimed: Any) -> tuple[float, float]:
+    """The image's resolution where it names a plausible one, else 96 dpi: a TIFF or a JFIF header often
+    says 1 (an aspect ratio, not a resolution), which would make a page of metres."""
+    try:
+        x, y = float(claimed[0]), float(claimed[1])
+    except (TypeError, ValueError, IndexError):
+        return (96.0, 96.0)
+    return (x, y) if 50 <= x <= 4800 and 50 <= y <= 4800 else (96.0, 96.0)
 
 
 def _png(data: bytes, number: int) -> bytes:
@@ -152,7 +168,7 @@ def _png(data: bytes, number: int) -> bytes:
             elif frame.mode not in ("1", "L", "RGB", "CMYK"):
                 frame = frame.convert("RGB")
             buf = io.BytesIO()
-            frame.save(buf, format="PNG", dpi=im.info.get("dpi", (96, 96)))
+            frame.save(buf, format="PNG")  # the page's size: _image_pdf's layout (its dpi)
             return buf.getvalue()
     except (UnidentifiedImageError, EOFError) as err:
         raise InvalidDocument(f"cannot read image frame {number}: {err}") from None
