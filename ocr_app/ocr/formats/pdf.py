@@ -64,8 +64,10 @@ MIRRORED = (2, 4, 5, 7)
 # OCRmyPDF's font manager warns, per request, that a script without an installed font (CJK here) is drawn
 # invisible only: that is what this layer is, every script of it.
 logging.getLogger("ocrmypdf.font.multi_font_manager").setLevel(logging.ERROR)
-# img2pdf notes each image with an alpha channel (kept as a soft mask): not worth a log line per request.
+# img2pdf notes each image with an alpha channel (kept as a soft mask), fontTools each table of each font it
+# subsets for fpdf2 (dozens of INFO lines): not worth log lines per request.
 logging.getLogger("img2pdf").setLevel(logging.ERROR)
+logging.getLogger("fontTools").setLevel(logging.WARNING)
 
 
 @dataclass(frozen=True)
