@@ -139,12 +139,18 @@ def _image_pdf(data: bytes, media_type: str, numbers: list[int]) -> bytes:
         dpi = _dpi(im.info.get("dpi"))
     options = {"rotation": img2pdf.Rotation.ifvalid, "layout_fun": img2pdf.get_fixed_dpi_layout_fun(dpi)}
     direct = media_type in ("image/jpeg", "image/png", "image/tiff") and orientation not in MIRRORED
+    # img2pdf raises plain Exception for much of what it does not take (a colour space, a TIFF compression).
     if direct and frames == 1 and numbers == [1]:
         try:
             return bytes(img2pdf.convert(data, **options))
-        except (img2pdf.AlphaChannelError, img2pdf.ImageOpenError, ValueError):
-            pass  # Pillow below: a mode img2pdf does not take
-    return bytes(img2pdf.convert([_png(data, n) for n in numbers], **options))
+        except Exception:  # noqa: S110 -- Pillow's PNG below takes what img2pdf does not
+            pass
+    try:
+        return bytes(img2pdf.convert([_png(data, n) for n in numbers], **options))
+    except InvalidDocument:
+        raise
+    except Exception as err:
+        raise InvalidDocument(f"cannot make a PDF of this image: {err}") from None
 
 
 def _dpi(claimed: Any) -> tuple[float, float]:
@@ -167,7 +173,7 @@ def _png(data: bytes, number: int) -> bytes:
                 rgba = frame.convert("RGBA")
                 frame = Image.new("RGB", rgba.size, "white")
                 frame.paste(rgba, mask=rgba.getchannel("A"))
-            elif frame.mode not in ("1", "L", "RGB", "CMYK"):
+            elif frame.mode not in ("1", "L", "P", "RGB"):  # PNG has no CMYK, img2pdf no 16-bit
                 frame = frame.convert("RGB")
             buf = io.BytesIO()
             frame.save(buf, format="PNG")  # the page's size: _image_pdf's layout (its dpi)
