@@ -7,6 +7,7 @@ from __future__ import annotations
 import io
 import re
 import subprocess
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import jiwer
@@ -50,6 +51,16 @@ def ask(server, data: bytes, content_type: str, **params):
     return r.content
 
 
+def json_and_pdf(server, data: bytes, content_type: str) -> tuple[dict, bytes]:
+    """The document's JSON and its PDF, asked at once (the server reads two at a time)."""
+    with ThreadPoolExecutor(2) as pool:
+        answer = pool.submit(server.ocr, data, content_type)
+        out = pool.submit(ask, server, data, content_type)
+        r = answer.result()
+        assert r.status_code == 200, r.text
+        return r.json(), out.result()
+
+
 @pytest.fixture(scope="module")
 def scanned() -> bytes:
     """A two-page scan (no text in it, page 1 a noisy photo of a page) with a title in its document info and
@@ -74,9 +85,7 @@ def scanned() -> bytes:
 
 @pytest.fixture(scope="module")
 def scanned_answers(server, scanned) -> tuple[dict, bytes]:
-    r = server.ocr(scanned, PDF)
-    assert r.status_code == 200, r.text
-    return r.json(), ask(server, scanned, PDF)
+    return json_and_pdf(server, scanned, PDF)
 
 
 def test_scanned_pdf_gets_a_text_layer_with_the_jsons_text(scanned_answers, scanned, tmp_path):
@@ -139,9 +148,8 @@ def test_a_turned_page_comes_back_upright(server, tmp_path):
     doc = render(TEXTS["en"][:3])
     turned = doc.image.rotate(90, expand=True)  # counterclockwise: the engine turns it 90 clockwise
     png = encode(turned, "PNG")
-    answer = server.ocr(png, "image/png").json()
+    answer, out = json_and_pdf(server, png, "image/png")
     assert answer["pages"][0]["rotation"] == 90
-    out = ask(server, png, "image/png")
     qpdf_check(out, tmp_path)
     with pikepdf.open(io.BytesIO(out)) as pdf_doc:
         page = pdf_doc.pages[0]
@@ -244,3 +252,14 @@ def test_a_pdf_pages_own_rotate_is_kept_and_the_layer_follows(tmp_path):
     words = subprocess.run(["pdftotext", "-bbox", str(path), "-"], capture_output=True, text=True).stdout
     x0 = float(re.search(r'xMin="([0-9.]+)"[^>]*>Harbour<', words).group(1))
     assert x0 == pytest.approx(DRAWN.boxes[0][0] * 72 / 150, abs=2)
+
+
+def test_frames_img2pdf_refuses_go_through_png(tmp_path):
+    # A multi-frame TIFF's frames go through Pillow's PNG, which has no CMYK: as RGB.
+    image = DRAWN.image.convert("CMYK")
+    pages = [(1, "Harbour Road ferry"), (2, "Harbour Road ferry")]
+    out = pdf_format.render(
+        answer_for(pages), pdf_format.Source(multipage_tiff([image, image]), "image/tiff")
+    )
+    qpdf_check(out, tmp_path)
+    assert pdftotext(out, tmp_path, "-raw") == ["Harbour Road ferry"] * 2
