@@ -47,7 +47,7 @@ class UnsupportedMediaType(OcrError):
 
 
 class FormatUnavailable(InvalidParameter):
-    """A result format the API names but this release does not build (format=pdf)."""
+    """A result format the API names but this release does not build (none now: formats.UNAVAILABLE)."""
 
     code = "format_unavailable"
 

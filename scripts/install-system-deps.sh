@@ -10,6 +10,8 @@ pkgs=(
   fonts-dejavu-core   # Latin test documents
   fonts-wqy-microhei  # Chinese and Japanese test documents
   postgresql          # the job store: make test-app starts a throw-away cluster with its server binaries
+  poppler-utils       # tests/test_pdf_format.py: pdftotext reads format=pdf's text layer back
+  qpdf                # tests/test_pdf_format.py: qpdf --check, format=pdf's structure
 )
 if [ "${1:-}" = browser ]; then
   pkgs+=(
@@ -18,7 +20,7 @@ if [ "${1:-}" = browser ]; then
   )
 elif [ "${1:-}" = bench ]; then
   pkgs+=(
-    poppler-utils     # bench/devset.py: pdftoppm renders its pages, pdftotext gives their ground truth
+    # poppler-utils (base set): bench/devset.py's pdftoppm renders its pages, pdftotext their ground truth
     tesseract-ocr     # bench/devset.py: Tesseract 5 reads the same pages, the reference
     tesseract-ocr-eng
   )

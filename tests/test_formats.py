@@ -25,7 +25,7 @@ from .docs import TABLE, encode, pdf, render, render_table
 ALTO_TOOLS = shutil.which("alto-tools", path=str(Path(sys.executable).parent)) or "alto-tools"
 ALTO_NS = {"a": "http://www.loc.gov/standards/alto/ns-v4#"}
 SPECIAL = "Fish & Chips <b> \"Q\" 'x'"
-FORMAT_NAMES = "json, text, markdown, hocr, alto"
+FORMAT_NAMES = "json, text, markdown, hocr, alto, pdf"
 
 
 # --- through the running app -----------------------------------------------------------------------------
@@ -230,7 +230,6 @@ def test_format_wins_over_accept(server, tiny):
     ("params", "headers", "status", "code"),
     [
         ({"format": "docx"}, {}, 422, "invalid_parameter"),
-        ({"format": "pdf"}, {}, 422, "format_unavailable"),
         ({}, {"Accept": "image/png"}, 406, "not_acceptable"),
         ({}, {"Accept": "application/json;q=0, text/plain;q=0"}, 406, "not_acceptable"),
     ],
@@ -274,6 +273,8 @@ def test_document_errors_stay_json_whatever_the_format(server, name):
         ("application/alto+xml;q=1.5, text/plain;q=0.1", "text"),
         ("application/alto+xml;q=x, text/plain;q=0.1", "text"),
         ("application/alto+xml;q=0.5;level=1, text/plain;q=0.1", "alto"),
+        ("application/pdf", "pdf"),
+        ("text/plain;q=0.5, application/pdf", "pdf"),
     ],
 )
 def test_accept_parsing(accept, name):

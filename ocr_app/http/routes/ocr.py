@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from fastapi import APIRouter, Depends, Query, Request, Response
+from starlette.concurrency import run_in_threadpool
 
 from ...documents.upload import parse_page_selection
 from ...errors import NotReady
@@ -38,13 +39,14 @@ FORMAT_RESPONSES: dict[int | str, dict[str, Any]] = {
         "content": {
             t: {"schema": {"type": "string"}}
             for t in ("text/plain", "text/markdown", "application/xhtml+xml", "application/alto+xml")
-        },
+        }
+        | {"application/pdf": {"schema": {"type": "string", "format": "binary"}}},
     },
     **ERROR_RESPONSES,
     406: {**ERROR_RESPONSES[422], "description": "not_acceptable: Accept allows none of the formats"},
     422: {
         **ERROR_RESPONSES[422],
-        "description": "invalid_parameter (an unknown format= among them) or format_unavailable (pdf)",
+        "description": "invalid_parameter (an unknown format= among them)",
     },
 }
 
@@ -69,10 +71,10 @@ async def ocr(
     format_name: str | None = Query(
         None,
         alias="format",
-        description="the result's format: json (the default), text, markdown, hocr or alto; without it, "
-        "Accept chooses. pdf is named but not available yet (422 format_unavailable)",
+        description="the result's format: json (the default), text, markdown, hocr, alto or pdf (the "
+        "document's pages with an invisible text layer: a searchable PDF); without it, Accept chooses",
         # The names in OpenAPI; the route checks them itself (ocr_app/ocr/formats/negotiate.py), so that an
-        # unknown one is answered with the list and pdf with format_unavailable.
+        # unknown one is answered with the list.
         json_schema_extra={"enum": [*formats.FORMATS, *formats.UNAVAILABLE]},
     ),
 ) -> OcrResponse | Response:
@@ -99,8 +101,10 @@ async def ocr(
     response.headers["Vary"] = "Accept"
     if fmt.render is None:
         return answer  # JSON, serialised by FastAPI as it always was
-    body = formats.render(fmt, answer)
-    return Response(body, media_type=f"{media_type}; charset=utf-8", headers={"Vary": "Accept"})
+    # Off the event loop: pdf's work is seconds of CPU (the upload limit bounds the document it copies).
+    source = formats.Source(upload.body, content_type)
+    body = await run_in_threadpool(formats.render, fmt, answer, source)
+    return Response(body, media_type=fmt.content_type(media_type), headers={"Vary": "Accept"})
 
 
 def _shadow_offer(request: Request, body: bytes, content_type: str, answer: OcrResponse) -> Offer:

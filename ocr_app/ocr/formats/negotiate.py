@@ -24,6 +24,7 @@ OFFERS: tuple[tuple[str, str], ...] = (
     ("text/vnd.hocr+html", "hocr"),
     ("application/xhtml+xml", "hocr"),
     ("application/alto+xml", "alto"),
+    ("application/pdf", "pdf"),
 )
 
 
