@@ -258,6 +258,7 @@ def test_an_http_image_is_fetched_through_the_guard(stall, docs):
         model="ocr-test", messages=page(f"http://docs.internal:{docs.port}/page.png")
     )
     assert out.choices[0].message.content == SELF_TEST_TEXT and out.model == "ocr-test"
+    assert [m.id for m in client(stall).models.list()] == ["ocr-test"]  # openai_model_name
     assert docs.gets == before + 1
 
 
@@ -281,7 +282,8 @@ def test_an_image_url_that_is_not_there_says_so(stall, docs):
 
 
 def test_an_image_over_max_upload_bytes_is_a_413(stall):
-    big = data_url(b"\x89PNG" + b"\0" * SMALL_UPLOAD)  # decoded: over the limit; the body: within it
+    # Decoded: one byte over the limit; the body: within its own.
+    big = data_url(b"\x89PNG" + b"\0" * (SMALL_UPLOAD - 3))
     with pytest.raises(openai.APIStatusError) as err:
         client(stall).chat.completions.create(model="x", messages=page(big))
     assert err.value.status_code == 413 and err.value.code == "payload_too_large"

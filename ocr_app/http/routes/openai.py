@@ -51,7 +51,8 @@ JSON_SLACK = 64 * 1024
 UNSUPPORTED = ("tools", "tool_choice", "functions", "function_call", "logprobs", "top_logprobs", "audio")
 # Options taken and ignored: they do not change the answer's text (documented in docs/api.md).
 SAMPLING_BOUNDS = {"temperature": (0.0, 2.0), "top_p": (0.0, 1.0)}
-# Where the answer ends: a page that reached max_tokens (the vllm engine's warning) ends it as "length".
+# Where the answer ends: a page cut at max_tokens (the vllm engine's warning, "max_tokens_reached: ...") ends
+# it as "length".
 LENGTH_WARNING = "max_tokens_reached"
 
 
@@ -127,7 +128,7 @@ async def chat_completions(request: Request, state: State, caller: str = Depends
             timings_ms=Timings(queue=0, preprocess=0, inference=0, total=0),
         )
     )
-    finish = "length" if any(LENGTH_WARNING in p.warnings for p in pages) else "stop"
+    finish = "length" if any(w.startswith(LENGTH_WARNING) for p in pages for w in p.warnings) else "stop"
     head = {
         "id": f"chatcmpl-{rid}",
         "created": int(time.time() - (time.monotonic() - started)),
