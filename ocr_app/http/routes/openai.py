@@ -33,6 +33,7 @@ from ...errors import (
     NotReady,
     PayloadTooLarge,
     RequestTimeout,
+    TooManyPages,
     UnsupportedMediaType,
     UnsupportedOption,
 )
@@ -78,8 +79,64 @@ def _model(state: State) -> dict[str, Any]:
     }
 
 
+# The body, as OpenAPI shows it (the route reads and checks it itself: its errors name the field).
+_CONTENT_PART = {
+    "type": "object",
+    "properties": {
+        "type": {"type": "string", "enum": ["text", "image_url"]},
+        "text": {"type": "string"},
+        "image_url": {"type": "object", "properties": {"url": {"type": "string"}}, "required": ["url"]},
+    },
+    "required": ["type"],
+}
+CHAT_BODY: dict[str, Any] = {
+    "requestBody": {
+        "required": True,
+        "content": {
+            JSON_TYPE: {
+                "schema": {
+                    "type": "object",
+                    "required": ["messages"],
+                    "properties": {
+                        "model": {"type": "string"},
+                        "messages": {
+                            "type": "array",
+                            "minItems": 1,
+                            "items": {
+                                "type": "object",
+                                "required": ["role"],
+                                "properties": {
+                                    "role": {"type": "string"},
+                                    "content": {
+                                        "anyOf": [
+                                            {"type": "string"},
+                                            {"type": "array", "items": _CONTENT_PART},
+                                        ]
+                                    },
+                                },
+                            },
+                        },
+                        "stream": {"type": "boolean"},
+                        "stream_options": {
+                            "type": "object",
+                            "properties": {"include_usage": {"type": "boolean"}},
+                        },
+                        "max_tokens": {"type": "integer", "minimum": 1},
+                        "max_completion_tokens": {"type": "integer", "minimum": 1},
+                        "temperature": {"type": "number", "minimum": 0, "maximum": 2},
+                        "top_p": {"type": "number", "minimum": 0, "maximum": 1},
+                        "n": {"type": "integer", "enum": [1]},
+                    },
+                }
+            }
+        },
+    }
+}
+
+
 @router.post(
     "/v1/chat/completions",
+    openapi_extra=CHAT_BODY,
     summary="OCR page images sent as OpenAI chat messages; the pages' Markdown back",
     response_model=None,
     responses={
@@ -101,24 +158,27 @@ async def chat_completions(request: Request, state: State, caller: str = Depends
     limit = body_limit(s.max_upload_bytes)
     check_declared_length(request, limit)
     rid: str = request.state.request_id
-    trace = Trace(bytes=0, pages=0)
+    total = Trace(bytes=0, pages=0)  # the access log's: the images' bytes and pages read, all together
     started = time.monotonic()
+    pages: list[Page] = []
     try:
         # The client's leaving stops the work as on /v1/ocr (Upload: from the body's end on).
         async with asyncio.timeout(s.request_timeout_s), Upload(request, limit) as upload:
             body = await upload.read()
             chat = _parse(body, s.vllm_max_tokens_cap, s.max_pages)
-            pages: list[Page] = []
+            del body
             for ref in chat.images:
                 data, content_type = await _image(ref, state)
                 job = Job(content_type, None, False, chat.max_tokens)
-                answer = await state.pipeline.run(_const(data), job, rid, trace)
+                answer = await state.pipeline.run(_const(data), job, rid)
                 pages += answer.pages
-                trace.bytes, trace.pages = (trace.bytes or 0) + len(data), len(pages)
+                total.bytes, total.pages = (total.bytes or 0) + len(data), len(pages)
+                if len(pages) > s.max_pages:  # PDFs among the images: max_pages for the request
+                    raise TooManyPages(f"the images hold more than {s.max_pages} pages (max_pages)")
     except TimeoutError:
         raise RequestTimeout(s.request_timeout_s) from None
     finally:
-        request.state.bytes, request.state.pages = trace.bytes, trace.pages
+        request.state.bytes, request.state.pages = total.bytes, total.pages
     text = markdown.render(
         OcrResponse(
             request_id=rid,
@@ -208,7 +268,7 @@ class Chat:
 def _parse(body: bytes, max_tokens_cap: int, max_images: int) -> Chat:
     try:
         data = json.loads(body)
-    except ValueError:
+    except (ValueError, RecursionError):  # nested deeper than the parser goes: not a request either
         raise InvalidRequest("body", "the body is not JSON") from None
     if not isinstance(data, dict):
         raise InvalidRequest("body", "the body must be a JSON object")
