@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import base64
 import json
+import socket
 import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -307,6 +308,27 @@ def test_a_request_past_its_deadline_is_a_504(stall, control, png):
     # The instance serves again once the engine does.
     out = client(stall).chat.completions.create(model="x", messages=page(data_url(small)))
     assert out.choices[0].message.content == SELF_TEST_TEXT
+
+
+def test_a_client_that_leaves_stops_its_work_and_is_counted_499(stall, control):
+    small = encode(render(["x"], size=20, width=200).image, "PNG")
+    body = json.dumps({"model": "x", "messages": page(data_url(small))}).encode()
+    head = (
+        f"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {stall.key}\r\n"
+        f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+    ).encode()
+    gone = 'ocr_chat_requests_total{code="499"}'
+    before = stall.metrics().get(gone, 0)
+    (control / "wedge").touch()
+    try:
+        with socket.create_connection(("127.0.0.1", stall.port), timeout=30) as sock:
+            sock.sendall(head + body)
+            stall.wait_until(lambda h: h["inflight"] == 1)  # in the engine, which finishes nothing
+        stall.wait_until(lambda h: h["inflight"] == 0)
+    finally:
+        (control / "wedge").unlink()
+    # Stopped because the client left (499), not at the deadline (504).
+    assert stall.metrics().get(gone, 0) - before == 1
 
 
 def test_a_streamed_answer_asks_for_its_usage(stall, png):
