@@ -167,6 +167,7 @@ async def chat_completions(request: Request, state: State, caller: str = Depends
             body = await upload.read()
             chat = _parse(body, s.vllm_max_tokens_cap, s.max_pages)
             del body
+            upload.body = b""  # the images are in `chat` now: the JSON around them is not kept
             for ref in chat.images:
                 data, content_type = await _image(ref, state)
                 job = Job(content_type, None, False, chat.max_tokens)
