@@ -16,6 +16,8 @@ class OcrError(Exception):
     """An error the service answers with. `retry_after_s`: when asking again may succeed (a busy instance)."""
 
     code: ClassVar[str] = "internal_error"
+    # The request field at fault, where one is (the chat route names it, as OpenAI's API does).
+    param: str | None = None
 
     def __init__(self, message: str, *, retry_after_s: int | None = None) -> None:
         super().__init__(message)
@@ -40,6 +42,23 @@ class InvalidParameter(OcrError):
     """A parameter, a header or the body's framing out of what the API accepts."""
 
     code = "invalid_parameter"
+
+
+class InvalidRequest(InvalidParameter):
+    """A field of an OpenAI-style request (POST /v1/chat/completions) out of what the route takes: a 400, as
+    OpenAI's API answers it, naming the field (`param`)."""
+
+    code = "invalid_parameter"
+
+    def __init__(self, param: str, message: str) -> None:
+        super().__init__(message)
+        self.param = param
+
+
+class UnsupportedOption(InvalidRequest):
+    """An option of OpenAI's chat API that this service does not offer (n > 1, tools, logprobs, ...)."""
+
+    code = "unsupported_option"
 
 
 class UnsupportedMediaType(OcrError):

@@ -26,7 +26,11 @@ class Metrics:
         self.registry = r = CollectorRegistry()
         ProcessCollector(registry=r)
         PlatformCollector(registry=r)
+        # /v1/ocr and /v1/chat/completions; the latter also on its own.
         self.requests = Counter("ocr_requests", "OCR requests by HTTP status", ["code"], registry=r)
+        self.chat_requests = Counter(
+            "ocr_chat_requests", "OpenAI-style chat completion requests by HTTP status", ["code"], registry=r
+        )
         self.request_duration = Histogram(
             "ocr_request_duration_seconds",
             "OCR request latency, queue included",

@@ -150,6 +150,10 @@ class ErrorDetail(BaseModel):
     code: str
     message: str
     request_id: str
+    # OpenAI's error class for the status (ocr_app/http/errors.py: error_type), so that OpenAI clients raise
+    # the right exception; and, where one request field is at fault, its name (the chat route's).
+    type: str
+    param: str | None = Field(None, description="the request field at fault, where one is")
 
 
 class ErrorBody(BaseModel):

@@ -16,8 +16,11 @@ def assert_error(r: httpx.Response, status: int, code: str) -> dict:
     assert r.status_code == status, r.text
     assert r.headers["content-type"] == "application/json"
     err = r.json()["error"]
-    assert set(err) == {"code", "message", "request_id"}
+    assert set(err) == {"code", "message", "request_id", "type"}
     assert err["code"] == code and err["message"]
+    # OpenAI's error class for the status, beside our code (ocr_app/http/errors.py).
+    kinds = {401: "authentication_error", 404: "not_found_error", 429: "rate_limit_error"}
+    assert err["type"] == kinds.get(status, "server_error" if status >= 500 else "invalid_request_error")
     assert err["request_id"] == r.headers["x-request-id"]
     return err
 

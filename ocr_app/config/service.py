@@ -42,6 +42,13 @@ class RequestSettings(BaseModel):
         description="Longest side in pixels of the page the engine sees (what LightOnOCR expects).",
     )
     max_pages: int = Field(50, ge=1, le=10_000, description="Pages per request.")
+    # POST /v1/chat/completions and GET /v1/models: OpenAI's API, as LightOnOCR's instructions serve it.
+    openai_model_name: str = Field(
+        "lightonai/LightOnOCR-2-1B",
+        min_length=1,
+        description="The model name /v1/models lists and chat completions answer with (any name is taken "
+        "in requests).",
+    )
     pdf_dpi: int = Field(200, ge=36, le=600, description="PDF render resolution in dots per inch.")
     request_timeout_s: float = Field(
         30.0, gt=0, description="Deadline per request in seconds, queue included."

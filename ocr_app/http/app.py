@@ -17,7 +17,7 @@ from ..engines import create_engine
 from ..engines.base import Engine
 from .errors import add_error_handlers
 from .middleware import RequestContext
-from .routes import jobs, ocr, probes, web
+from .routes import jobs, ocr, openai, probes, web
 from .state import VERSION, AppState
 
 log = logging.getLogger("ocr_app.api")  # the name operators select in the journal (LOGGER=ocr_app.api)
@@ -42,6 +42,7 @@ def create_app(
     app.add_middleware(RequestContext, state=state)
     add_error_handlers(app, state.metrics)
     app.include_router(ocr.router)
+    app.include_router(openai.router)  # /v1/chat/completions, /v1/models: OpenAI's clients
     app.include_router(jobs.router)
     app.include_router(probes.router)
     app.include_router(web.router())  # the page at / (public: its own API calls carry the key)

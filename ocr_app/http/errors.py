@@ -1,6 +1,8 @@
 """The one place where an error becomes HTTP: each kind of error's status (STATUS), and the API's JSON error
-body `{"error": {"code", "message", "request_id"}}` for our errors (ocr_app/errors.py), FastAPI's validation
-errors and Starlette's own 404/405."""
+body `{"error": {"code", "message", "request_id", "type", "param"?}}` for our errors (ocr_app/errors.py),
+FastAPI's validation errors and Starlette's own 404/405. `type` is OpenAI's error class for the status (what
+OpenAI's clients and /v1/chat/completions' users read; `code` stays ours), `param` the field at fault where
+the error names one."""
 
 from __future__ import annotations
 
@@ -18,6 +20,7 @@ from ..errors import (
     IdempotencyConflict,
     InvalidDocument,
     InvalidParameter,
+    InvalidRequest,
     InvalidWebhook,
     JobNotFinished,
     JobNotFound,
@@ -47,6 +50,7 @@ STATUS: dict[type[OcrError], int] = {
     TooLarge: 413,
     UnsupportedMediaType: 415,
     InvalidParameter: 422,
+    InvalidRequest: 400,  # the chat route's fields: OpenAI's API answers them with 400
     TooManyJobs: 429,
     # nginx's code for it: nobody reads this answer; the access log and ocr_requests_total do.
     ClientGone: 499,
@@ -68,11 +72,32 @@ def http_headers(err: OcrError) -> dict[str, str]:
     return headers
 
 
+# OpenAI's error `type` by status; any other 4xx is invalid_request_error, any 5xx server_error.
+ERROR_TYPES = {
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    429: "rate_limit_error",
+}
+
+
+def error_type(status: int) -> str:
+    return ERROR_TYPES.get(status, "server_error" if status >= 500 else "invalid_request_error")
+
+
 def error_response(
-    status: int, code: str, message: str, request_id: str, headers: Mapping[str, str] | None = None
+    status: int,
+    code: str,
+    message: str,
+    request_id: str,
+    headers: Mapping[str, str] | None = None,
+    param: str | None = None,
 ) -> JSONResponse:
-    body = ErrorBody(error=ErrorDetail(code=code, message=message, request_id=request_id))
-    return JSONResponse(body.model_dump(), status_code=status, headers=headers)
+    detail = ErrorDetail(
+        code=code, message=message, request_id=request_id, type=error_type(status), param=param
+    )
+    body = ErrorBody(error=detail)
+    return JSONResponse(body.model_dump(exclude_none=True), status_code=status, headers=headers)
 
 
 def add_error_handlers(app: FastAPI, metrics: Metrics) -> None:
@@ -83,7 +108,7 @@ def add_error_handlers(app: FastAPI, metrics: Metrics) -> None:
         request.state.error = err.code
         metrics.rejected.labels(err.code).inc()
         return error_response(
-            http_status(err), err.code, err.message, request.state.request_id, http_headers(err)
+            http_status(err), err.code, err.message, request.state.request_id, http_headers(err), err.param
         )
 
     async def validation_error(request: Request, err: RequestValidationError) -> JSONResponse:

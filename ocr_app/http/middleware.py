@@ -20,6 +20,10 @@ log = logging.getLogger("ocr_app.api")
 
 _SANE_REQUEST_ID = re.compile(r"^[A-Za-z0-9._:@-]{1,128}$")
 _PROBE_PATHS = ("/healthz", "/livez", "/metrics")
+# The OCR requests (ocr_requests_total, ocr_request_duration_seconds): /v1/ocr's and OpenAI's chat route's
+# (counted also on their own, in ocr_chat_requests_total).
+CHAT_PATH = "/v1/chat/completions"
+OCR_PATHS = ("/v1/ocr", CHAT_PATH)
 
 
 class RequestContext:
@@ -83,9 +87,11 @@ class RequestContext:
 
     def _record(self, scope: Scope, req_state: dict[str, Any], status: int, seconds: float) -> None:
         path = scope["path"]
-        if path == "/v1/ocr":
+        if path in OCR_PATHS:
             self.state.metrics.requests.labels(str(status)).inc()
             self.state.metrics.request_duration.observe(seconds)
+        if path == CHAT_PATH:
+            self.state.metrics.chat_requests.labels(str(status)).inc()
         access_log.log(
             self._access_level(path, status, seconds),
             "request",

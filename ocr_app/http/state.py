@@ -14,6 +14,7 @@ from contextlib import asynccontextmanager, suppress
 from .. import __version__, systemd
 from ..auth import KeyStore
 from ..config import Settings
+from ..egress import Policy
 from ..engines.base import Engine
 from ..errors import JobsUnavailable
 from ..fleet.shadow import Shadow
@@ -43,6 +44,9 @@ class AppState:
             self.keys = KeyStore(settings.api_keys_file)
         self.metrics.info.labels(VERSION, engine.name, engine.model).set(1)
         self.shadow = Shadow(settings, self.metrics.registry)
+        # Where the service may connect for a client: a chat request's image URLs (ocr_app/egress.py), as
+        # a job's document URLs.
+        self.egress = Policy.of(settings.job_url_allowed_hosts)
         self.admission = self.pipeline.admission
         self.health = self.pipeline.health
         self.status = "loading"  # -> ready | unhealthy
