@@ -8,6 +8,14 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field, SerializerFunctionWrapHandler, model_serializer
 
 
+class Word(BaseModel):
+    text: str
+    bbox: tuple[float, float, float, float] | None = Field(
+        description="[x0, y0, x1, y1] normalised 0-1 to the page as sent, as the engine located the word"
+    )
+    confidence: float = Field(ge=0.0, le=1.0)
+
+
 class Line(BaseModel):
     text: str
     bbox: tuple[float, float, float, float] | None = Field(
@@ -15,6 +23,19 @@ class Line(BaseModel):
         "null when the engine cannot localise the line"
     )
     confidence: float = Field(ge=0.0, le=1.0)
+    words: list[Word] | None = Field(
+        default=None,
+        description="the line's words (CJK: characters) with their own boxes and confidences, where the "
+        "engine locates them (rapidocr), left to right; absent otherwise. Their texts, in order, spell the "
+        "line's (its spaces aside)",
+    )
+
+    @model_serializer(mode="wrap")
+    def _omit_words_unless_located(self, handler: SerializerFunctionWrapHandler):  # type: ignore[no-untyped-def]
+        data: dict[str, Any] = handler(self)
+        if self.words is None:
+            data.pop("words", None)
+        return data
 
 
 class Cell(BaseModel):

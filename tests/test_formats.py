@@ -14,13 +14,15 @@ from pathlib import Path
 import pytest
 from hocr_spec import HocrValidator
 from lxml import etree
+from PIL import Image, ImageDraw
 
 from ocr_app.ocr import formats
 from ocr_app.ocr.formats import geometry, markdown
 from ocr_app.ocr.formats.negotiate import from_accept, parse_accept
 from ocr_app.schemas import Block, Cell, Line, OcrResponse, Page, Timings
 
-from .docs import TABLE, encode, pdf, render, render_table
+from .docs import TABLE, encode, font_for, pdf, render, render_table
+from .test_ocr_contract import iou, normalise
 
 ALTO_TOOLS = shutil.which("alto-tools", path=str(Path(sys.executable).parent)) or "alto-tools"
 ALTO_NS = {"a": "http://www.loc.gov/standards/alto/ns-v4#"}
@@ -59,10 +61,6 @@ def answers(server, document) -> dict:
 @pytest.fixture(scope="module")
 def tiny() -> bytes:
     return encode(render(["Harbour Road"], size=32, width=400).image, "PNG")
-
-
-def words_of(text: str) -> list[str]:
-    return text.split()
 
 
 def test_json_is_the_default_and_unchanged(server, tiny):
@@ -149,17 +147,42 @@ def test_hocr_validates_and_reads_back_as_the_json(answers, tmp_path):
         assert len(lines) == len(expected)
         for line_el, line in zip(lines, expected, strict=True):
             word_els = line_el.xpath("h:span[@class='ocrx_word']", namespaces=ns)
-            assert [w.text for w in word_els] == words_of(line["text"])
+            # The engine's own words (rapidocr locates them): their text, box and confidence.
+            assert [w.text for w in word_els] == [wd["text"] for wd in line["words"]]
             lx0, ly0, lx1, ly1 = props(line_el)["bbox"]
             x0, y0, x1, y1 = line["bbox"]
             w, h = page["width"], page["height"]
             assert [lx0, ly0, lx1, ly1] == pytest.approx([x0 * w, y0 * h, x1 * w, y1 * h], abs=1.01)
-            for word_el in word_els:
+            for word_el, word in zip(word_els, line["words"], strict=True):
                 p = props(word_el)
                 wx0, wy0, wx1, wy1 = p["bbox"]
                 assert 0 <= wx0 < wx1 <= w and 0 <= wy0 < wy1 <= h
-                assert lx0 <= wx0 and wx1 <= lx1 and (wy0, wy1) == (ly0, ly1)
-                assert p["x_wconf"] == [round(line["confidence"] * 100)]
+                bx0, by0, bx1, by1 = word["bbox"]
+                assert [wx0, wy0, wx1, wy1] == pytest.approx([bx0 * w, by0 * h, bx1 * w, by1 * h], abs=1.01)
+                assert lx0 - 1 <= wx0 and wx1 <= lx1 + 1 and ly0 - 1 <= wy0 and wy1 <= ly1 + 1
+                assert p["x_wconf"] == [round(word["confidence"] * 100)]
+
+
+def test_words_are_located_where_they_were_drawn(server):
+    # A line drawn word by word, each word's box measured by Pillow as it drew it: the JSON's words are
+    # those words, each box over the drawn one (IoU), their texts the line's once spaces are set aside.
+    words = ["Invoice", "2024-0193", "issued", "by", "Northwind"]
+    font = font_for("en", 40)
+    image = Image.new("RGB", (1200, 160), "white")
+    draw = ImageDraw.Draw(image)
+    drawn, x = [], 60
+    for word in words:
+        draw.text((x, 50), word, fill="black", font=font)
+        drawn.append(draw.textbbox((x, 50), word, font=font))
+        x = drawn[-1][2] + draw.textlength(" ", font=font)
+    r = server.ocr(encode(image, "PNG"), "image/png")
+    assert r.status_code == 200, r.text
+    [line] = r.json()["pages"][0]["lines"]
+    assert [w["text"] for w in line["words"]] == words
+    assert "".join(w["text"] for w in line["words"]) == line["text"].replace(" ", "")
+    for w, box in zip(line["words"], drawn, strict=True):
+        assert 0 <= w["confidence"] <= 1
+        assert iou(w["bbox"], normalise(box, image.size)) > 0.5, (w, box)
 
 
 def props(el) -> dict[str, list[int]]:
@@ -177,11 +200,11 @@ def test_alto_reads_back_with_the_same_words_and_confidences(answers, tmp_path):
     path = tmp_path / "out.xml"
     path.write_bytes(r.content)
     text = subprocess.run([ALTO_TOOLS, str(path), "-t"], capture_output=True, text=True, check=True).stdout
-    lines = [ln["text"] for page in body["pages"] for ln in page["lines"] if ln["text"].strip()]
-    assert [ln.split() for ln in text.split("\n")[1:]] == [words_of(t) for t in lines]
+    lines = [ln for page in body["pages"] for ln in page["lines"] if ln["text"].strip()]
+    assert [ln.split() for ln in text.split("\n")[1:]] == [[w["text"] for w in ln["words"]] for ln in lines]
     conf = subprocess.run([ALTO_TOOLS, str(path), "-c"], capture_output=True, text=True, check=True).stdout
-    pairs = [(ln["confidence"], len(words_of(ln["text"]))) for p in body["pages"] for ln in p["lines"]]
-    mean = sum(c * n for c, n in pairs) / sum(n for _, n in pairs)
+    word_conf = [w["confidence"] for ln in lines for w in ln["words"]]
+    mean = sum(word_conf) / len(word_conf)
     assert float(conf.rsplit("Confidence:", 1)[1]) == pytest.approx(100 * mean, abs=0.02)
     root = etree.fromstring(r.content)
     assert root.findtext("a:Description/a:MeasurementUnit", namespaces=ALTO_NS) == "pixel"

@@ -59,6 +59,11 @@ def test_turned_page_is_read_upright(engine, doc, upright, degrees):
         assert 0 <= x0 < x1 <= 1 and 0 <= y0 < y1 <= 1
         # The drawn box, normalised on the upright page, turned as Pillow turned the page.
         assert iou(line.bbox, turned(normalise(drawn, doc.image.size), degrees)) > 0.5, (line, degrees)
+        # Its words too lie on the page as sent, within the line's box, and spell it.
+        assert line.words and "".join(w.text for w in line.words) == line.text.replace(" ", "")
+        for w in line.words:
+            assert x0 - 0.01 <= w.bbox[0] < w.bbox[2] <= x1 + 0.01, (w, line.bbox)
+            assert y0 - 0.01 <= w.bbox[1] < w.bbox[3] <= y1 + 0.01, (w, line.bbox)
 
 
 def turned(box, degrees: int):

@@ -54,10 +54,18 @@ class PriorityGate:
 
 
 @dataclass
+class EngineWord:
+    text: str
+    bbox: tuple[float, float, float, float] | None  # normalised 0-1 to the page image
+    confidence: float
+
+
+@dataclass
 class EngineLine:
     text: str
     bbox: tuple[float, float, float, float] | None  # normalised 0-1 to the page image
     confidence: float
+    words: list[EngineWord] | None = None  # where the engine locates them (rapidocr), in the line's order
 
 
 @dataclass

@@ -16,10 +16,10 @@ from dataclasses import dataclass
 from ..config import Settings
 from ..documents.decode import DecodePool, DecodeRequest
 from ..documents.image import PageImage
-from ..engines.base import Engine, EngineBlock, EngineError, EnginePage
+from ..engines.base import Engine, EngineBlock, EngineError, EngineLine, EnginePage
 from ..errors import JobPageTimeout, NotReady, RequestTimeout
 from ..metrics import Metrics
-from ..schemas import Block, Cell, Line, OcrResponse, Page, Timings
+from ..schemas import Block, Cell, Line, OcrResponse, Page, Timings, Word
 from .admission import Admission
 from .health import HealthMonitor
 
@@ -181,11 +181,18 @@ def _page(img: PageImage, ep: EnginePage) -> Page:
         height=img.height,
         text=ep.joined_text(),
         rotation=ep.rotation,
-        lines=[Line(text=ln.text, bbox=ln.bbox, confidence=ln.confidence) for ln in ep.lines],
+        lines=[_line(ln) for ln in ep.lines],
         blocks=[_block(ep, b) for b in ep.blocks],
         warnings=ep.warnings,
         preview=img.preview,
     )
+
+
+def _line(ln: EngineLine) -> Line:
+    words = None
+    if ln.words is not None:
+        words = [Word(text=w.text, bbox=w.bbox, confidence=w.confidence) for w in ln.words]
+    return Line(text=ln.text, bbox=ln.bbox, confidence=ln.confidence, words=words)
 
 
 def _block(ep: EnginePage, b: EngineBlock) -> Block:

@@ -38,6 +38,7 @@ from ..base import (
     EngineLine,
     EnginePage,
     EngineTable,
+    EngineWord,
     PriorityGate,
     model_label,
 )
@@ -140,6 +141,9 @@ class RapidOcrEngine(Engine):
         _sessions_without_spinning()
         params = {
             "Global.use_cls": self.use_cls,
+            # Each line's words located (from the recogniser's own alignment of characters to the crop):
+            # the words' boxes in JSON, hOCR, ALTO and the PDF's text layer.
+            "Global.return_word_box": True,
             "Global.log_level": "error",
             "EngineConfig.onnxruntime.intra_op_num_threads": self.threads,
             "EngineConfig.onnxruntime.inter_op_num_threads": 1,
@@ -225,7 +229,9 @@ class RapidOcrEngine(Engine):
                 self.rotations[rotation] += 1
             width, height = size[::-1] if rotation in (90, 270) else size
             page = _to_page(out, width, height, deskew=False)  # turned: as before
-            items: list[EngineLine | EngineBlock] = [*page.lines, *page.blocks]
+            items: list[EngineLine | EngineBlock | EngineWord | EngineCell] = [*page.lines, *page.blocks]
+            items += [w for line in page.lines for w in line.words or ()]
+            items += [c for b in page.blocks if b.table is not None for c in b.table.cells]
             for item in items:
                 item.bbox = unrotate(item.bbox, rotation)
             page.rotation = rotation
@@ -291,13 +297,15 @@ def _to_page(out: Any, width: int, height: int, deskew: bool = True) -> EnginePa
     layout = page_layout(boxes, float(height), upright)
     lines: list[EngineLine] = []
     blocks: list[EngineBlock] = []
+    located = _words(out, width, height)
     at: dict[int, int] = {}  # a detected line's index -> its place in the reading order
     for block in layout:  # the lines of one block after another: the reading order
         first = len(lines)
         for i in block.lines:
             at[i] = len(lines)
             score = round(min(1.0, max(0.0, float(out.scores[i]))), 4)
-            lines.append(EngineLine(text=out.txts[i], bbox=normalised(boxes[i]), confidence=score))
+            line = EngineLine(text=out.txts[i], bbox=normalised(boxes[i]), confidence=score, words=located[i])
+            lines.append(line)
         table = None
         if block.table is not None:
             cells = [
@@ -309,6 +317,60 @@ def _to_page(out: Any, width: int, height: int, deskew: bool = True) -> EnginePa
             table = EngineTable(block.table.rows, block.table.columns, cells)
         blocks.append(EngineBlock(block.type, normalised(block.bbox), list(range(first, len(lines))), table))
     return EnginePage(lines=lines, blocks=blocks)
+
+
+def _words(out: Any, width: int, height: int) -> list[list[EngineWord] | None]:
+    """Each line's words as RapidOCR located them (word_results: per line, (text, score, quadrilateral)),
+    normalised to the page; None for a line whose words do not spell it (_spells). RapidOCR leaves a
+    line without located words out of word_results, so a list not one-to-one with the lines is not used."""
+    n = len(out.txts)
+    results = getattr(out, "word_results", None) or ()
+    if len(results) != n:
+        return [None] * n
+    found: list[list[EngineWord] | None] = []
+    for txt, words in zip(out.txts, results, strict=True):
+        try:
+            items = [
+                (str(t), float(score), np.asarray(quad, dtype=np.float64).reshape(-1, 2))
+                for t, score, quad in words
+            ]
+        except (TypeError, ValueError):
+            found.append(None)
+            continue
+        if not items or not _spells([t for t, _, _ in items], str(txt)):
+            found.append(None)
+            continue
+        line = []
+        for t, score, quad in items:
+            x0, y0 = max(0.0, quad[:, 0].min()) / width, max(0.0, quad[:, 1].min()) / height
+            x1, y1 = (
+                min(float(width), quad[:, 0].max()) / width,
+                min(float(height), quad[:, 1].max()) / height,
+            )
+            bbox = (
+                round(float(x0), 5),
+                round(float(y0), 5),
+                round(float(max(x1, x0)), 5),
+                round(float(max(y1, y0)), 5),
+            )
+            line.append(EngineWord(t, bbox, round(min(1.0, max(0.0, score)), 4)))
+        found.append(line)
+    return found
+
+
+def _spells(words: list[str], text: str) -> bool:
+    """Whether the words, in order, are the text's: joined by a space where the text has one between them
+    (runs of whitespace as one), directly elsewhere (Chinese, Japanese). A word that runs over one of the
+    text's spaces (RapidOCR groups some accented Latin words together) does not."""
+    want = " ".join(text.split())
+    got = ""
+    for word in words:
+        if got and want[len(got) : len(got) + 1] == " ":
+            got += " "
+        got += word
+        if not want.startswith(got):
+            return False
+    return got == want
 
 
 def _quiet_rapidocr_logger() -> None:

@@ -1,10 +1,11 @@
 """Pixel boxes and words for the XML formats (hOCR, ALTO): the response's boxes are normalised 0-1 to the page
 as sent; hOCR and ALTO count pixels of that page (its `width` and `height`).
 
-The engines give lines, not words. A line's words are its text split on spaces, each word's box **estimated**:
-the line's box cut across its width in proportion to characters (a word starting at the line's k-th of n
-characters starts k/n of the way along), the line's full height, the line's confidence. A line without a box
-(`bbox` null) gives words without boxes.
+A line's words are the engine's own where it locates them (`words`: the rapidocr engine's, each with its box
+and confidence). Otherwise (the vllm engine, a result stored before lines had words) they are its text split
+on spaces, each word's box **estimated**: the line's box cut across its width in proportion to characters (a
+word starting at the line's k-th of n characters starts k/n of the way along), the line's full height, the
+line's confidence. A line without a box (`bbox` null) gives words without boxes.
 """
 
 from __future__ import annotations
@@ -49,7 +50,9 @@ def union(boxes: list[Box | None]) -> Box | None:
 
 
 def words(line: Line, page: Page) -> list[Word]:
-    """The line's words (its text split on spaces), each box estimated from the line's (module docstring)."""
+    """The line's words: the engine's, or its text split on spaces with boxes estimated (module docstring)."""
+    if line.words:
+        return [Word(w.text, pixel_box(w.bbox, page), w.confidence) for w in line.words if w.text.strip()]
     text = line.text
     box = pixel_box(line.bbox, page)
     spans: list[tuple[int, int]] = []

@@ -46,7 +46,7 @@ from ...documents.upload import (
     normalise_media_type,
 )
 from ...errors import InvalidDocument
-from ...schemas import Line, OcrResponse, Page
+from ...schemas import OcrResponse, Page
 from .geometry import block_lines, union, words
 
 MEDIA_TYPE = "application/pdf"
@@ -271,13 +271,16 @@ def _ocr_tree(base: pikepdf.Page, page: Page) -> Any:
         w_pt, h_pt = h_pt, w_pt
     width, height = max(round(w_pt * UNITS_PER_PT), 1), max(round(h_pt * UNITS_PER_PT), 1)
     # The answer's page turned upright and measured in the layer's units: geometry's words then estimate
-    # each word's box on it as hOCR's are.
+    # each word's box on it.
     shown = page.model_copy(
         update={
             "width": width,
             "height": height,
             "lines": [
-                Line(text=ln.text, bbox=upright(ln.bbox, page.rotation), confidence=ln.confidence)
+                # The words estimated from the line, not the engine's located ones: those hug their ink,
+                # and where two words are closer than the renderer's space is wide, pdftotext reads them
+                # as one ("gęśląjaźń").
+                ln.model_copy(update={"bbox": upright(ln.bbox, page.rotation), "words": None})
                 for ln in page.lines
             ],
         }
