@@ -111,17 +111,50 @@ def test_a_separator_at_its_least_width_and_one_step_under():
     assert columns_with_ink_gap(least - H / tables.GRID) == 1
 
 
-@pytest.mark.parametrize(("spanning", "columns"), [(3, 2), (4, 1)])
+@pytest.mark.parametrize(("spanning", "columns"), [(3, 3), (4, 2)])
 def test_rows_crossing_a_separator_at_the_span_share_and_one_past(spanning, columns):
-    # 20 rows; rows crossing the gap (SPAN_SHARE of them, 3, still leave it a separator; 4 do not).
+    # 20 rows of three cells; some with a cell over the first two columns (SPAN_SHARE of the rows, 3, still
+    # leave the first separator; 4 do not).
     assert tables.SPAN_SHARE * 20 >= 3 and tables.SPAN_SHARE * 20 < 4
     boxes = []
     for r in range(20):
         if r < spanning:
+            boxes += [box(0, r * 30, 300), box(400, r * 30, 450)]
+        else:
+            boxes += [box(0, r * 30, 100), box(200, r * 30, 300), box(400, r * 30, 450)]
+    assert table_cells(boxes, list(range(len(boxes)))).columns == columns
+
+
+def test_rows_of_one_line_do_not_hide_the_columns():
+    # Headings within the table and notes under it, a line each, across both columns, in 6 of 10 rows: the
+    # rows with cells side by side place the columns; the lone lines span them.
+    boxes = []
+    for r in range(10):
+        if (r % 2 and r < 8) or r >= 8:
             boxes.append(box(0, r * 30, 300))
         else:
             boxes += [box(0, r * 30, 100), box(200, r * 30, 300)]
-    assert table_cells(boxes, list(range(len(boxes)))).columns == columns
+    t = table_cells(boxes, list(range(len(boxes))))
+    assert t.columns == 2
+    assert [(c.row, c.column_span) for c in t.cells if c.column_span > 1] == [(1, 2), (3, 2), (5, 2), (7, 2),
+                                                                             (8, 2), (9, 2)]  # fmt: skip
+
+
+def test_a_headnote_and_footnotes_are_blocks_of_their_own():
+    # Two wide lines over a 4-row table and one under it, each a row of one line at least WIDE_SHARE of its
+    # width: text, table, text.
+    boxes = [box(0, 400, 500), box(0, 430, 480)]  # mid-page: no running head
+    for r in range(4):
+        y = 470 + r * 30
+        boxes += [box(0, y, 100), box(200, y, 260), box(400, y, 500)]
+    boxes.append(box(0, 590, 250))  # 250 of 500: WIDE_SHARE of the width
+    assert [(b.type, len(b.lines)) for b in page_layout(boxes, 2000.0)] == [
+        ("text", 2),
+        ("table", 12),
+        ("text", 1),
+    ]
+    boxes[-1] = box(0, 590, 249)  # under WIDE_SHARE, as close as the rows: the table's last row
+    assert [b.type for b in page_layout(boxes, 2000.0)] == ["text", "table"]
 
 
 def test_marks_in_a_gap_do_not_split_it():

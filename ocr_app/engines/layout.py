@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .tables import Table, detached, table_cells
+from .tables import Table, detached, table_cells, wide_margins
 
 Box = tuple[float, float, float, float]
 Span = tuple[float, float, int]  # x0, x1, lines: an interval of the x-axis that lines cover
@@ -344,7 +344,10 @@ def page_layout(boxes: list[Box], page_height: float = 1.0, upright: list[Box] |
     for group in groups:
         rows = line_rows(boxes, group)
         if len(rows) >= TABLE_MIN_ROWS and sum(cells(r) > 1 for r in rows) >= TABLE_CELL_SHARE * len(rows):
-            found = table_cells(boxes, group)
+            notes_above, body, notes_below = wide_margins(boxes, group)
+            if notes_above:  # a headnote over the table: a paragraph of its own
+                out.append(block("text", notes_above))
+            found = table_cells(boxes, body)
             head, tail = detached(boxes, found)
             if head or tail:  # a title over the table, a page number under it: blocks of their own
                 rows_of = [[i for c in found.cells if c.row == r for i in c.lines] for r in range(found.rows)]
@@ -354,6 +357,8 @@ def page_layout(boxes: list[Box], page_height: float = 1.0, upright: list[Box] |
             out[-1].table = found
             if tail:
                 out += [block("text", [row]) for row in rows_of[found.rows + head :]]
+            if notes_below:  # its footnotes
+                out.append(block("text", notes_below))
             continue
         tops = [min(boxes[i][1] for i in r) for r in rows]
         bottoms = [max(boxes[i][3] for i in r) for r in rows]

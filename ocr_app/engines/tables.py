@@ -33,6 +33,11 @@ ROW_GAP = 0.5
 # DETACHED_MIN h more than it) is not the table's: a title over it, a note or a page number under it.
 DETACHED = 2.0
 DETACHED_MIN = 0.4
+# The first or last rows of a table block that are one line each, at least WIDE_SHARE of the block's width
+# (a headnote over the table, its footnotes: prose run across the columns), are not the table's; counted as
+# rows, they would cross every separator (SPAN_SHARE). At least MIN_BODY_ROWS rows stay the table's.
+WIDE_SHARE = 0.5
+MIN_BODY_ROWS = 3
 SEPARATOR_MIN = 0.3
 SPAN_SHARE = 0.15
 NOISE_MAX_WIDTH = 0.6
@@ -100,6 +105,31 @@ def table_cells(boxes: Sequence[Box], ids: Sequence[int]) -> Table:
     return Table(len(rows), len(starts) + 1, cells)
 
 
+def wide_margins(
+    boxes: Sequence[Box], ids: Sequence[int]
+) -> tuple[list[list[int]], list[int], list[list[int]]]:
+    """The block's leading rows of one wide line each (WIDE_SHARE), its other boxes, and its trailing rows of
+    one wide line each: (head rows, body, tail rows), each row a list of indices into `boxes`."""
+    if not ids:
+        return [], [], []
+    b = np.asarray([boxes[i] for i in ids], dtype=np.float64).reshape(-1, 4)
+    h = float(np.median(b[:, 3] - b[:, 1]))
+    rows = [[ids[k] for k in row] for row in _rows((b[:, 1] + b[:, 3]) / 2, h if h > 0 else 1.0)]
+    left, right = float(b[:, 0].min()), float(b[:, 2].max())
+
+    def wide(row: list[int]) -> bool:
+        return len(row) == 1 and boxes[row[0]][2] - boxes[row[0]][0] >= WIDE_SHARE * (right - left)
+
+    head = 0
+    while head < len(rows) - MIN_BODY_ROWS and wide(rows[head]):
+        head += 1
+    tail = 0
+    while tail < len(rows) - MIN_BODY_ROWS - head and wide(rows[-1 - tail]):
+        tail += 1
+    body = [i for row in rows[head : len(rows) - tail] for i in row]
+    return rows[:head], body, rows[len(rows) - tail :]
+
+
 def detached(boxes: Sequence[Box], table: Table) -> tuple[int, int]:
     """How many of the table's first and last rows stand apart from it (see DETACHED)."""
     if table.rows < 4:
@@ -150,6 +180,11 @@ def _separators(
     solid = x1 - x0 >= NOISE_MAX_WIDTH * h
     if not solid.any():
         return np.empty(0), np.empty(0)
+    # The rows that have cells side by side say where the columns are; a row of one line (a heading within
+    # the table, a note, a label wrapped onto a second line) is placed by them (unless there are too few).
+    multi = [m for m in rows if sum(bool(solid[k]) for k in m) >= 2]
+    if len(multi) >= MIN_BODY_ROWS:
+        rows = multi
     a, z = x0 + PADDING * h, x1 - PADDING * h
     left, right = float(a[solid].min()), float(z[solid].max())
     step = h / GRID
