@@ -14,6 +14,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from ..errors import (
     ClientGone,
+    DocumentGone,
     DocumentUrlError,
     IdempotencyConflict,
     InvalidDocument,
@@ -44,6 +45,7 @@ STATUS: dict[type[OcrError], int] = {
     NotAcceptable: 406,
     IdempotencyConflict: 409,
     JobNotFinished: 409,
+    DocumentGone: 410,
     TooLarge: 413,
     UnsupportedMediaType: 415,
     InvalidParameter: 422,
