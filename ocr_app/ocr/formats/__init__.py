@@ -34,29 +34,27 @@ class Format:
     render: Renderer | None  # None: JSON, the route's own
     binary: bool = False  # True: the Content-Type has no charset (pdf)
     writer: type[parts.Writer] | None = None  # the text formats' parts (None: json and pdf)
-    extension: str = ""  # a file of this format's name ends so (the CLI's outputs)
 
     def content_type(self, media_type: str) -> str:
         """The answer's Content-Type for the media type negotiated (hOCR has two)."""
         return media_type if self.binary else f"{media_type}; charset=utf-8"
 
 
-JSON = Format("json", "application/json", None, extension=".json")
+JSON = Format("json", "application/json", None)
 FORMATS: dict[str, Format] = {
     f.name: f
     for f in (
         JSON,
-        Format("text", text.MEDIA_TYPE, _answer_only(text.render), writer=text.Writer, extension=".txt"),
+        Format("text", text.MEDIA_TYPE, _answer_only(text.render), writer=text.Writer),
         Format(
             "markdown",
             markdown.MEDIA_TYPE,
             _answer_only(markdown.render),
             writer=markdown.Writer,
-            extension=".md",
         ),
-        Format("hocr", hocr.MEDIA_TYPE, _answer_only(hocr.render), writer=hocr.Writer, extension=".hocr"),
-        Format("alto", alto.MEDIA_TYPE, _answer_only(alto.render), writer=alto.Writer, extension=".xml"),
-        Format("pdf", pdf.MEDIA_TYPE, pdf.render, binary=True, extension=".pdf"),
+        Format("hocr", hocr.MEDIA_TYPE, _answer_only(hocr.render), writer=hocr.Writer),
+        Format("alto", alto.MEDIA_TYPE, _answer_only(alto.render), writer=alto.Writer),
+        Format("pdf", pdf.MEDIA_TYPE, pdf.render, binary=True),
     )
 }
 # Named by the API but not built yet: asking for one is a 422 format_unavailable, not a 500. None now.
