@@ -192,8 +192,9 @@ class DocumentGone(OcrError):
 
     def __init__(self) -> None:
         super().__init__(
-            "the job's document is no longer kept (a cancelled job's is deleted when it is cancelled): "
-            "format=pdf cannot be built; every other format can"
+            "the job's document is no longer kept (a cancelled job's is deleted when it is cancelled, and "
+            "so was a job's finished by an earlier release): format=pdf cannot be built; every other "
+            "format can"
         )
 
 
