@@ -104,6 +104,7 @@ def test_the_job_is_done_with_page_3_failed(job):
     assert job["json"].headers["content-type"] == "application/json"
     for name in FORMAT_NAMES.split(", "):
         assert job[name].headers["ocr-failed-pages"] == "3", name
+        assert job[name].headers["vary"] == "Accept", name
 
 
 def test_each_format_equals_v1_ocrs_for_the_same_pages(job, tmp_path):

@@ -251,4 +251,4 @@ async def job_result(
     content_type = "application/x-ndjson" if ndjson else fmt.content_type(media_type)
     if fmt.name == "json" and not ndjson:
         content_type = "application/json"  # as it always was
-    return StreamingResponse(stream, media_type=content_type, headers=headers)
+    return StreamingResponse(stream, media_type=content_type, headers={**headers, "Vary": "Accept"})
