@@ -26,12 +26,12 @@ from ocr_app.jobs.store import PageRow
 from ocr_app.ocr import formats
 from ocr_app.schemas import OcrResponse, Page
 
-from .docs import TEXTS, pdf, render
+from .docs import TEXTS, encode, pdf, render
 from .server import Server
 from .test_errors import assert_error
 from .test_formats import ALTO_NS, ALTO_TOOLS, FORMAT_NAMES, words_of
 from .test_jobs import make_server, submit_ok, wait_status
-from .test_pdf_format import pdftotext, qpdf_check
+from .test_pdf_format import multipart, pdftotext, qpdf_check
 
 PDF = "application/pdf"
 TEXT_FORMATS = ("text", "markdown", "hocr", "alto")
@@ -304,3 +304,20 @@ def test_a_jobs_pdf_is_built_a_batch_of_pages_at_a_time(job, tmp_path, monkeypat
     out = asyncio.run(build())
     assert sizes == [2, 1] and store.chunks == -(-len(job["data"]) // 4096) > 1
     assert pdftotext(out, tmp_path, "-raw") == pdftotext(job["pdf"].content, tmp_path, "-raw")
+
+
+def test_a_job_sent_as_multipart_gets_its_file_as_the_pdf(job, tmp_path):
+    """A job's document stored as the multipart body it came in (an image here, which no reader finds
+    inside the form's framing): the PDF is of the file inside, with the page's text."""
+    page = job["json"].json()["pages"][0]
+    image = encode(render(["Page 1", TEXTS["en"][0]], size=28, width=700).image, "PNG")
+    body, content_type = multipart(image, "image/png")
+    store = CountingStore([PageRow(1, json.dumps(page), None)], body, content_type)
+
+    async def build() -> bytes:
+        path = await results.build_pdf(store, uuid.uuid4(), [1])
+        return b"".join([c async for c in results.stream_file(path)])
+
+    out = asyncio.run(build())
+    qpdf_check(out, tmp_path)
+    assert pdftotext(out, tmp_path, "-raw") == [" ".join(page["text"].split())]
