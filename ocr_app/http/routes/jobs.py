@@ -206,6 +206,10 @@ _RESULT_TYPES = ("application/json", "application/x-ndjson", *(t for t, _ in OFF
     "/v1/jobs/{job_id}/result",
     responses={
         **_JOB_ERRORS,
+        400: {
+            "model": ErrorBody,
+            "description": "invalid_image: format=pdf of a document the PDF tools cannot rebuild",
+        },
         406: {**ERROR_RESPONSES[422], "description": "not_acceptable: Accept allows none of the formats"},
         409: {"model": ErrorBody, "description": "job_not_finished"},
         410: {
