@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 from . import __version__
 from .config import ConfigError, Settings, load_settings
+from .fleet.jobclient import EXTENSIONS
 from .manifest import build_manifest, read_manifest, verify_manifest
 
 if TYPE_CHECKING:
@@ -158,11 +159,22 @@ def _client(args: argparse.Namespace) -> httpx.Client:
 def cmd_ocr(args: argparse.Namespace) -> int:
     from .documents.upload import sniff
 
+    if Path(args.file).is_dir():
+        return _ocr_folder(args)
     data = Path(args.file).read_bytes()
     headers = {"Content-Type": sniff(data) or "application/octet-stream"}
-    params = {"pages": args.pages} if args.pages else None
+    params = {"pages": args.pages} if args.pages else {}
+    if args.format:
+        params["format"] = args.format
     with _client(args) as client:
-        resp = client.post("/v1/ocr", content=data, headers=headers, params=params)
+        resp = client.post("/v1/ocr", content=data, headers=headers, params=params or None)
+    if args.format and resp.status_code == 200:
+        if args.output and args.output != "-":
+            Path(args.output).write_bytes(resp.content)
+        else:
+            sys.stdout.buffer.write(resp.content)
+            sys.stdout.buffer.flush()
+        return 0
     try:
         body = resp.json()
     except ValueError:
@@ -172,14 +184,56 @@ def cmd_ocr(args: argparse.Namespace) -> int:
         err = body.get("error", {})
         print(f"error: HTTP {resp.status_code} {err.get('code')}: {err.get('message')}", file=sys.stderr)
         return 1
-    if args.json:
-        print(json.dumps(body, indent=2, ensure_ascii=False))
+    text = (
+        json.dumps(body, indent=2, ensure_ascii=False) + "\n"
+        if args.json
+        else "".join(
+            (f"--- page {page['page']} ---\n" if len(body["pages"]) > 1 else "") + page["text"] + "\n"
+            for page in body["pages"]
+        )
+    )
+    if args.output and args.output != "-":
+        Path(args.output).write_text(text, encoding="utf-8")
     else:
-        for page in body["pages"]:
-            if len(body["pages"]) > 1:
-                print(f"--- page {page['page']} ---")
-            print(page["text"])
+        sys.stdout.write(text)
     return 0
+
+
+def _ocr_folder(args: argparse.Namespace) -> int:
+    """Each document of the folder through POST /v1/ocr, its answer into -o DIR (<path><extension>)."""
+    from .fleet.submission import gather
+
+    if not args.output:
+        raise ConfigError("a folder: give -o DIR (one answer file per document)")
+    out_dir = Path(args.output)
+    if out_dir.exists() and not out_dir.is_dir():
+        raise ConfigError(f"-o {out_dir}: not a directory (a folder: one answer file per document)")
+    fmt = args.format or "json"
+    docs, skipped, _ = gather([args.file])
+    for source, why in skipped:
+        print(f"skipped {source}: {why}", file=sys.stderr)
+    params = {"format": fmt, **({"pages": args.pages} if args.pages else {})}
+    failed = 0
+    with _client(args) as client:
+        for doc in docs:
+            assert doc.path is not None
+            headers = {"Content-Type": doc.content_type}
+            resp = client.post("/v1/ocr", content=doc.path.read_bytes(), headers=headers, params=params)
+            if resp.status_code != 200:
+                try:
+                    err = resp.json().get("error", {})
+                    why = f"{err.get('code')}: {err.get('message')}"
+                except ValueError:
+                    why = resp.text[:200]
+                print(f"error: {doc.source}: HTTP {resp.status_code} {why}", file=sys.stderr)
+                failed += 1
+                continue
+            target = out_dir / f"{doc.name}{EXTENSIONS[fmt]}"
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(resp.content)
+            print(f"{doc.source} -> {target}", file=sys.stderr)
+    print(f"{len(docs) - failed} of {len(docs)} document(s) read", file=sys.stderr)
+    return 1 if failed else 0
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
@@ -308,10 +362,24 @@ def build_parser() -> argparse.ArgumentParser:
             sp.set_defaults(timeout=120.0)
         return sp
 
-    s = client_options(sub.add_parser("ocr", help="OCR a file through a running service"))
-    s.add_argument("file")
+    s = client_options(
+        sub.add_parser(
+            "ocr",
+            help="OCR a file (or a folder's documents) through a running service",
+            description="A file: its text is printed (--json: the whole JSON answer; --format: the answer "
+            "in that format, to stdout or -o FILE). A folder (walked recursively; what is not a document of "
+            "an accepted type is skipped, listed on stderr): one answer per document, in --format (json "
+            "unless given), into -o DIR as DIR/<its path under the folder> plus the format's extension "
+            "(.json, .txt, .md, .hocr, .xml for alto, .pdf).",
+        )
+    )
+    s.add_argument("file", help="a file or a folder")
     s.add_argument("--pages", help="PDF/TIFF pages, e.g. 1-3,5")
     s.add_argument("--json", action="store_true", help="print the whole JSON response")
+    s.add_argument(
+        "--format", choices=list(EXTENSIONS), help="the answer in this format (POST /v1/ocr?format=)"
+    )
+    s.add_argument("--output", "-o", help="write the answer here (a folder: the directory of the answers)")
     s.set_defaults(func=cmd_ocr)
 
     s = client_options(
@@ -351,6 +419,13 @@ def build_parser() -> argparse.ArgumentParser:
             "-o",
             help="write the pages (JSON Lines) here instead of stdout; several documents with --follow: a "
             "directory, one DIR/<path>.jsonl each",
+        )
+        sp.add_argument(
+            "--format",
+            choices=list(EXTENSIONS),
+            help="the result in this format (GET /v1/jobs/{id}/result?format=) instead of JSON Lines, once "
+            "the job is finished; several documents: DIR/<path> plus the format's extension (.json, .txt, "
+            ".md, .hocr, .xml for alto, .pdf)",
         )
         sp.add_argument(
             "--retries",

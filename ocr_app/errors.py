@@ -204,6 +204,19 @@ class JobNotFinished(OcrError):
         super().__init__(f"the job is {status}: its result is ready once it is finished")
 
 
+class DocumentGone(OcrError):
+    """format=pdf of a job whose document is no longer kept (a cancelled job's is deleted at once)."""
+
+    code = "document_gone"
+
+    def __init__(self) -> None:
+        super().__init__(
+            "the job's document is no longer kept (a cancelled job's is deleted when it is cancelled, and "
+            "so was a job's finished by an earlier release): format=pdf cannot be built; every other "
+            "format can"
+        )
+
+
 class IdempotencyConflict(OcrError):
     code = "idempotency_conflict"
 

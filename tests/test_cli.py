@@ -63,3 +63,28 @@ def test_verify_refuses_a_malformed_manifest(tmp_path):
     r = run("verify", tmp_path, tmp_path / "m.json")
     assert r.returncode == 2
     assert "has no 'files' list" in r.stderr
+
+
+def test_ocr_client_format_for_a_file_and_a_folder(server, tmp_path):
+    """--format: the service's answer in that format, for a file (stdout or -o) and for each document of a
+    folder into -o DIR (<path><extension>); what is not a document is skipped."""
+    from .docs import encode, render
+
+    folder = tmp_path / "in"
+    (folder / "sub").mkdir(parents=True)
+    one = encode(render(["Format check 271"]).image, "PNG")
+    (folder / "one.png").write_bytes(one)
+    (folder / "sub" / "two.png").write_bytes(encode(render(["Second 828"]).image, "PNG"))
+    (folder / "notes.txt").write_text("not a document")
+    key = ("--url", server.url, "--key", server.key)
+    r = subprocess.run([OCR_APP, "ocr", folder / "one.png", "--format", "hocr", *key], capture_output=True)
+    assert r.returncode == 0 and r.stdout == server.ocr(one, "image/png", params={"format": "hocr"}).content
+    r = run("ocr", folder / "one.png", "--format", "pdf", "-o", tmp_path / "one.pdf", *key)
+    assert r.returncode == 0 and (tmp_path / "one.pdf").read_bytes().startswith(b"%PDF-")
+    r = run("ocr", folder, "--format", "markdown", "-o", tmp_path / "out", *key)
+    assert r.returncode == 0, r.stderr
+    written = sorted(p.relative_to(tmp_path / "out").as_posix() for p in (tmp_path / "out").rglob("*"))
+    assert written == ["one.png.md", "sub", "sub/two.png.md"] and "skipped" in r.stderr
+    assert "271" in (tmp_path / "out" / "one.png.md").read_text()
+    r = run("ocr", folder, *key)  # a folder needs -o
+    assert r.returncode == 2 and "-o DIR" in r.stderr

@@ -26,6 +26,7 @@ from ocr_app.fleet.jobclient import iter_lines, iter_sse
 from .docs import encode, render
 from .server import OCR_APP
 from .test_jobs import StallServer, doc, make_server, submit_ok, wait_status
+from .test_pdf_format import pdftotext
 
 PDF_TYPE = "application/pdf"
 
@@ -558,3 +559,53 @@ def test_a_url_is_sent_for_the_server_to_fetch():
         assert post(client, docs[0], args).status_code == 202
     assert sent[0].headers["content-type"] == "application/json" and sent[0].url.params["pages"] == "1-2"
     assert json.loads(sent[0].content) == {"url": "https://example.org/scans/a.pdf"}
+
+
+def result_in(srv, job_id: str, fmt: str) -> bytes:
+    with srv.client() as c:
+        r = c.get(f"/v1/jobs/{job_id}/result", params={"format": fmt})
+    assert r.status_code == 200, r.text
+    return r.content
+
+
+def test_format_writes_a_file_per_document_with_its_extension(srv, tmp_path):
+    """--format: the server's result in that format, a file each under -o DIR (<path><extension>), or one
+    file (-o) or stdout for a job; JSON Lines stay the default."""
+    from ocr_app.fleet.jobclient import EXTENSIONS
+    from ocr_app.ocr import formats
+
+    assert list(EXTENSIONS) == list(formats.FORMATS)  # the client names every format the server has
+    folder = tmp_path / "in"
+    (folder / "sub").mkdir(parents=True)
+    (folder / "b.pdf").write_bytes(doc(1, "b"))
+    (folder / "sub" / "a.pdf").write_bytes(doc(2, "a"))
+    out = tmp_path / "out"
+    r = cli(srv, "submit", folder, "--follow", "--format", "text", "-o", out)
+    assert r.returncode == 0, r.stderr
+    rows = [x.split("\t") for x in r.stdout.splitlines()]
+    written = sorted(p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file())
+    assert written == ["b.pdf.txt", "sub/a.pdf.txt"]
+    for job_id, path in rows:
+        got = (out / f"{os.path.relpath(path, folder)}.txt").read_bytes()
+        assert got == result_in(srv, job_id, "text") and got.count(b"\f") == (1 if "a.pdf" in path else 0)
+
+    job_id = rows[1][0]
+    r = cli(srv, "result", job_id, "--format", "pdf", "-o", tmp_path / "a.pdf")
+    assert r.returncode == 0, r.stderr
+    # The same PDF (not byte for byte: the layer's font carries its creation time).
+    got, want = (
+        pdftotext((tmp_path / "a.pdf").read_bytes(), tmp_path),
+        pdftotext(result_in(srv, job_id, "pdf"), tmp_path),
+    )
+    assert got == want and len(got) == 2
+    r = subprocess.run(
+        [OCR_APP, "jobs", "result", job_id, "--format", "markdown"], capture_output=True, env=env_of(srv)
+    )
+    assert r.returncode == 0 and r.stdout == result_in(srv, job_id, "markdown")
+    one = cli(srv, "submit", folder / "b.pdf", "--follow", "--format", "alto", "-o", tmp_path / "b.xml")
+    assert one.returncode == 0, one.stderr
+    assert (tmp_path / "b.xml").read_bytes().startswith(b'<?xml version="1.0"')
+    r = cli(srv, "result", job_id)  # JSON Lines, as before
+    assert r.returncode == 0 and lines(r.stdout) == ndjson(srv, job_id)
+    bad = cli(srv, "result", job_id, "--format", "docx")
+    assert bad.returncode == 2 and "invalid choice" in bad.stderr

@@ -177,3 +177,29 @@ def test_the_previous_release_works_on_this_schema(url, tmp_path):
     assert [(j["job_id"], j["status"], j["pages"]) for j in listed] == [
         (job_id, "done", {"total": 2, "done": 2, "failed": 0})
     ]
+
+
+def test_a_finished_jobs_document_is_kept_until_it_expires(url):
+    """format=pdf of a job's result is built from its document: kept once the job is done, read back in
+    chunks, deleted with the job when it expires (sweep) or is purged."""
+
+    async def scenario(store: JobStore):
+        body = bytes(range(256)) * 40  # 10 240 bytes: chunks of 4096 end in a short one
+        job_id, _ = await store.create("keep", None, "keep", "image/png", {}, [1], body, 1, 100)
+        purged, _ = await store.create("keep", None, "keep2", "image/png", {}, [1], b"doc", 1, 100)
+        for _ in range(2):
+            claim = await store.ranges.claim("w", 30)
+            assert claim is not None
+            await store.ranges.write_page(claim.job_id, 1, '{"page": 1}', None, "w")
+            assert await store.ranges.finish_range(claim, "w", 0.5) == "done"
+        assert await store.document_info(job_id) == ("image/png", len(body))
+        assert b"".join([c async for c in store.document_chunks(job_id, len(body), 4096)]) == body
+        assert await store.purge("keep", purged) and await store.document_info(purged) is None
+        async with store.pool.connection() as conn:  # its results expire (ttl 0.5 s, by the database clock)
+            await conn.execute(
+                "UPDATE ocr_jobs SET expires_at = now() - interval '1 s' WHERE id = %s", (job_id,)
+            )
+        assert await store.sweep() == 1
+        return await store.document_info(job_id)
+
+    assert run(url, scenario) is None

@@ -7,6 +7,10 @@ Events instead and writes each page as it arrives; a stream that drops (a reset,
 that stops and ends its streams) is resumed with `Last-Event-ID` set to the last page written, so no page
 is written twice or skipped. Progress goes to stderr, the pages to stdout or `--output`.
 
+With `--format` (json, text, markdown, hocr, alto, pdf) the result is `GET /v1/jobs/{id}/result?format=`
+instead, written as the server sends it once the job is finished (`--follow` waits for it, showing
+progress); a folder's documents go into `-o DIR` as DIR/<path><extension> (EXTENSIONS).
+
 Exit status: 0 when the job is done with every page read; 1 on an error from the server (its message and
 request id are printed) or the network, or a job that ended without every page read (cancelled, failed,
 expired, a page error); 2 on a usage error. The API key is sent, never printed.
@@ -33,6 +37,16 @@ if TYPE_CHECKING:
     import httpx
 
 NDJSON = "application/x-ndjson"
+# --format: the name of each result file under -o DIR ends so (JSON Lines without --format: .jsonl). The
+# server's formats (ocr_app/ocr/formats/), named here without importing them (pikepdf and the like).
+EXTENSIONS = {
+    "json": ".json",
+    "text": ".txt",
+    "markdown": ".md",
+    "hocr": ".hocr",
+    "alto": ".xml",
+    "pdf": ".pdf",
+}
 # Answers a later try may not get: the instance is loading, draining or overloaded, or the load balancer
 # found no instance. Anything else (401, 404, ...) will not change by asking again.
 RETRYABLE = {502, 503, 504}
@@ -301,8 +315,53 @@ def follow(
         delay = min(delay * 2, 10.0)
 
 
+def fetch_format(client: httpx.Client, job_id: str, fmt: str, path: str | Path | None) -> Outcome:
+    """The finished job's result in `fmt`, written to `path` (stdout: None or -) as the server sends it;
+    the job's outcome from its status."""
+    with client.stream("GET", f"/v1/jobs/{job_id}/result", params={"format": fmt}) as r:
+        if r.status_code != 200:
+            r.read()
+            raise server_error(r)
+        to_stdout = path is None or str(path) in ("", "-")
+        try:
+            out: IO[bytes] = sys.stdout.buffer if path is None or to_stdout else open(path, "wb")  # noqa: SIM115
+        except OSError as err:
+            raise ConfigError(f"cannot write {path}: {err.strerror}") from None
+        try:
+            for chunk in r.iter_bytes():
+                out.write(chunk)
+        finally:
+            out.flush()
+            if not to_stdout:
+                out.close()
+    body = _expect(client.get(f"/v1/jobs/{job_id}"), 200)
+    errors = [(e["page"], e["error"]) for e in body.get("errors", [])]
+    pages = body.get("pages", {})
+    return Outcome(body["status"], pages.get("done", 0) + pages.get("failed", 0), errors)
+
+
+def follow_format(
+    client: httpx.Client, job_id: str, fmt: str, path: str | Path | None, progress: Progress, retries: int
+) -> Outcome:
+    """--follow --format: the job's events for progress (their pages not kept), then its result in fmt."""
+    with open(os.devnull, "w", encoding="utf-8") as sink:
+        followed = follow(client, job_id, sink, progress, retries=retries)
+    if followed.status == "expired":
+        return followed
+    return fetch_format(client, job_id, fmt, path)
+
+
 def _follow_to(client: httpx.Client, job_id: str, args: argparse.Namespace) -> int:
     progress = Progress(job_id)
+    if getattr(args, "format", None):
+        try:
+            outcome = follow_format(client, job_id, args.format, args.output, progress, args.retries)
+        except KeyboardInterrupt:
+            progress.say(f"interrupted; the job goes on: `ocr-app jobs result {job_id} --follow`")
+            return 130
+        rc, message = outcome.verdict(job_id)
+        progress.say(message.removeprefix(f"job {job_id} "))
+        return rc
     out = _open_output(args.output)
     try:
         outcome = follow(client, job_id, out, progress, retries=args.retries)
@@ -337,6 +396,11 @@ def cancel(client: httpx.Client, args: argparse.Namespace) -> int:
 def result(client: httpx.Client, args: argparse.Namespace) -> int:
     if args.follow:
         return _follow_to(client, args.job_id, args)
+    if args.format:
+        outcome = fetch_format(client, args.job_id, args.format, args.output)
+        rc, message = outcome.verdict(args.job_id)
+        print(message, file=sys.stderr)
+        return rc
     with client.stream("GET", f"/v1/jobs/{args.job_id}/result", headers={"Accept": NDJSON}) as r:
         if r.status_code != 200:
             r.read()

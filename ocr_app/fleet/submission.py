@@ -6,7 +6,8 @@ a file named on the command line that is not one is a usage error, before any re
 answers 429 too_many_jobs, the rest wait for one of this batch's jobs to finish (with --follow: the oldest
 one not yet followed is followed) or for the answer's Retry-After, then go: a batch never fails for 429.
 One document prints its job id; several print `JOB_ID<TAB>SOURCE` a line. With several, `--follow -o DIR`
-writes each document's pages into DIR/<its path under the folder>.jsonl.
+writes each document's pages into DIR/<its path under the folder>.jsonl (with --format: the format's
+extension, jobclient.EXTENSIONS, e.g. .txt).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from typing import TYPE_CHECKING
 
 from ..config import ConfigError
 from ..documents.upload import RASTER_TYPES, sniff
-from .jobclient import Progress, _expect, _follow_to, follow, server_error
+from .jobclient import EXTENSIONS, Progress, _expect, _follow_to, follow, follow_format, server_error
 
 if TYPE_CHECKING:
     import httpx
@@ -170,11 +171,15 @@ class Batch:
     def follow(self, s: Submitted) -> None:
         assert self.out_dir is not None
         s.followed = s.finished = True
-        target = self.out_dir / f"{s.doc.name}.jsonl"
+        fmt = getattr(self.args, "format", None)
+        target = self.out_dir / f"{s.doc.name}{EXTENSIONS[fmt] if fmt else '.jsonl'}"
         target.parent.mkdir(parents=True, exist_ok=True)
         progress = Progress(s.job_id)
-        with target.open("w", encoding="utf-8") as out:
-            outcome = follow(self.client, s.job_id, out, progress, retries=self.args.retries)
+        if fmt:
+            outcome = follow_format(self.client, s.job_id, fmt, target, progress, self.args.retries)
+        else:
+            with target.open("w", encoding="utf-8") as out:
+                outcome = follow(self.client, s.job_id, out, progress, retries=self.args.retries)
         rc, message = outcome.verdict(s.job_id)
         progress.say(f"{message.removeprefix(f'job {s.job_id} ')} -> {target}")
         self.rc |= rc

@@ -16,6 +16,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from ..errors import (
     ClientGone,
+    DocumentGone,
     DocumentUrlError,
     IdempotencyConflict,
     InvalidDocument,
@@ -47,6 +48,7 @@ STATUS: dict[type[OcrError], int] = {
     NotAcceptable: 406,
     IdempotencyConflict: 409,
     JobNotFinished: 409,
+    DocumentGone: 410,
     TooLarge: 413,
     UnsupportedMediaType: 415,
     InvalidParameter: 422,

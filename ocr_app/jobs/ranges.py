@@ -140,8 +140,8 @@ class Ranges:
                     (ttl_s, claim.job_id),
                 )
             ).fetchone()
-            if row is not None:
-                await conn.execute("DELETE FROM ocr_job_documents WHERE job_id = %s", (claim.job_id,))
+            # The document stays until the job expires (sweep) or is purged: format=pdf of the result is
+            # built from it. A cancel deletes it at once.
         return row[0] if row else None
 
     async def release(self, worker: str, claim: Claim | None = None) -> int:

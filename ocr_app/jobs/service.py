@@ -28,10 +28,14 @@ from ..errors import (
     TooManyPages,
 )
 from ..metrics import Metrics
+from ..ocr.formats import JSON, Format
 from ..ocr.pipeline import Pipeline
-from . import events, fetch
+from . import events, fetch, results
 from .store import FINISHED, JobStore
 from .worker import JobWorker, SecretOf
+
+# A job's result: the pages that could not be read (comma-separated page numbers); absent when none.
+FAILED_PAGES_HEADER = "OCR-Failed-Pages"
 
 NO_DATABASE = (
     "bulk jobs need a PostgreSQL database: set database_url (env OCR_APP_DATABASE_URL) and run "
@@ -257,13 +261,28 @@ class Jobs:
             raise JobNotFound()
         return events.sse(self.store, jid, pages, after, self.settings.job_poll_s, self.stopping)
 
-    async def result(self, owner: str, job_id: str, ndjson: bool) -> AsyncIterator[str]:
+    async def result(
+        self, owner: str, job_id: str, ndjson: bool, fmt: Format = JSON
+    ) -> tuple[AsyncIterator[str] | AsyncIterator[bytes], dict[str, str]]:
+        """The finished job's result (JSON, JSON Lines when `ndjson`, else `fmt`) and the headers that go
+        with it: OCR-Failed-Pages lists the pages that could not be read (absent when none)."""
         found = await self.status(owner, job_id)
         if found["status"] not in FINISHED:
             raise JobNotFinished(found["status"])
         jid = _job_id(job_id)
-        return (
-            events.result_ndjson(self.store, jid)
-            if ndjson
-            else events.result_json(self.store, jid, found["status"])
-        )
+        failed = [e["page"] for e in found["errors"]]
+        headers = {FAILED_PAGES_HEADER: ",".join(map(str, failed))} if failed else {}
+        if ndjson:
+            return events.result_ndjson(self.store, jid), headers
+        if fmt.writer is not None:
+            engine = self.pipeline.engine
+            count = found["pages"]["done"]
+            return results.text_format(self.store, jid, fmt, engine.name, engine.model, count), headers
+        if fmt.name == "pdf":
+            pages = await self.store.bounded(self.store.pages_of(owner, jid))
+            if pages is None:
+                raise JobNotFound()
+            path = await results.build_pdf(self.store, jid, pages)
+            headers["Content-Length"] = str(path.stat().st_size)
+            return results.stream_file(path), headers
+        return events.result_json(self.store, jid, found["status"]), headers

@@ -314,6 +314,33 @@ class JobStore:
                 for r in rows:
                     yield PageRow(*r)
 
+    async def document_info(self, job_id: uuid.UUID) -> tuple[str, int] | None:
+        """The job's document's content type and length in bytes; None when it is gone (cancelled)."""
+        async with self.pool.connection() as conn:
+            row = await (
+                await conn.execute(
+                    "SELECT j.content_type, octet_length(d.body) FROM ocr_jobs j"
+                    " JOIN ocr_job_documents d ON d.job_id = j.id WHERE j.id = %s",
+                    (job_id,),
+                )
+            ).fetchone()
+        return (row[0], row[1]) if row else None
+
+    async def document_chunks(self, job_id: uuid.UUID, length: int, chunk: int) -> AsyncIterator[bytes]:
+        """The job's document, `chunk` bytes at a time (substring: never the whole body in this process).
+        Ends early if the document goes meanwhile (a purge): the caller checks the length it got."""
+        async with self.pool.connection() as conn:
+            for offset in range(0, length, chunk):
+                row = await (
+                    await conn.execute(
+                        "SELECT substring(body FROM %s FOR %s) FROM ocr_job_documents WHERE job_id = %s",
+                        (offset + 1, chunk, job_id),
+                    )
+                ).fetchone()
+                if row is None:
+                    return
+                yield bytes(row[0])
+
     async def cancel(self, owner: str, job_id: uuid.UUID, ttl_s: float) -> bool:
         """Cancel a queued or running job: its ranges not yet finished are not run, and a page being read now
         is not written (write_page). False: no such job."""

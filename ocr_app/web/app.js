@@ -140,9 +140,57 @@
     results.hidden = true;
     pagesOut.replaceChildren();
     lastResponse = null;
+    lastDocument = null;
+    $("download-controls").hidden = true;
     job = null;
     jobProgress.hidden = true;
   }
+
+  // Each format's file name extension (the API's format= names; JSON Lines: a job's default).
+  const EXTENSIONS = {
+    jsonl: ".jsonl", json: ".json", text: ".txt", markdown: ".md", hocr: ".hocr", alto: ".xml", pdf: ".pdf",
+  };
+  let lastDocument = null; // {file, pages} of the last single request: Download sends it again
+
+  function saveBlob(blob, name) {
+    const url = URL.createObjectURL(blob);
+    const link = el("a", { href: url, download: name.replace(/[^\w.-]/g, "_"), hidden: "" });
+    document.body.append(link);
+    link.click();
+    link.remove();
+    setTimeout(() => URL.revokeObjectURL(url), 60000);
+  }
+
+  // The document in another format: POST /v1/ocr?format= with the same file and pages (read again).
+  $("download").addEventListener("click", async (e) => {
+    const button = e.currentTarget;
+    if (!lastDocument) return;
+    const format = $("download-format").value;
+    const params = new URLSearchParams({ format });
+    if (lastDocument.pages) params.set("pages", lastDocument.pages);
+    const body = new FormData();
+    body.append("file", lastDocument.file, lastDocument.file.name || "document");
+    button.disabled = true;
+    let res, blob, text;
+    try {
+      res = await fetch(`v1/ocr?${params}`, {
+        method: "POST", body, headers: authHeaders(keyInput.value.trim()), cache: "no-store",
+      });
+      if (res.ok) blob = await res.blob();
+      else text = await res.text();
+    } catch (err) {
+      showNetworkError(err);
+      return;
+    } finally {
+      button.disabled = false;
+    }
+    if (!res.ok) {
+      showApiError(res, parseJson(text), text);
+      return;
+    }
+    const stem = (lastDocument.file.name || "document").replace(/\.[^.]*$/, "");
+    saveBlob(blob, `${stem}${EXTENSIONS[format]}`);
+  });
 
   // One request: every page in one answer. Returns the status line ("" after an error).
   async function runOnce(params, body, headers) {
@@ -164,6 +212,8 @@
       return "";
     }
     lastResponse = data;
+    lastDocument = { file: body.get("file"), pages: params.get("pages") };
+    $("download-controls").hidden = false;
     return render(data);
   }
 
@@ -745,7 +795,7 @@
     const failed = pages.failed ? `, ${pages.failed} not read` : "";
     const actions = el("td", { class: "job-actions" });
     if (FINISHED.has(status)) {
-      const label = `Result of job ${id}, saved as JSON Lines`;
+      const label = `Result of job ${id}, saved in the format chosen above the list`;
       actions.append(actionButton("result", "Result", label, (b) => downloadResult(id, b)));
     } else {
       const label = `Follow job ${id}: its pages shown as they are read`;
@@ -773,13 +823,17 @@
   jobsMore.addEventListener("click", () => loadJobs(true));
   $("jobs-refresh").addEventListener("click", () => loadJobs());
 
-  // The result needs the key, so a plain link cannot fetch it: fetched here, then saved as <job_id>.jsonl.
+  // The result needs the key, so a plain link cannot fetch it: fetched here, then saved as <job_id>.jsonl
+  // (or, in the format chosen above the list, <job_id> and its extension).
   async function downloadResult(id, button) {
-    const headers = { ...authHeaders(keyInput.value.trim()), Accept: "application/x-ndjson" };
+    const format = $("jobs-format").value;
+    const headers = authHeaders(keyInput.value.trim());
+    if (format === "jsonl") headers.Accept = "application/x-ndjson";
+    const query = format === "jsonl" ? "" : `?format=${encodeURIComponent(format)}`;
     button.disabled = true;
     let res, blob, text;
     try {
-      res = await fetch(`v1/jobs/${encodeURIComponent(id)}/result`, { headers, cache: "no-store" });
+      res = await fetch(`v1/jobs/${encodeURIComponent(id)}/result${query}`, { headers, cache: "no-store" });
       if (res.ok) blob = await res.blob();
       else text = await res.text();
     } catch (err) {
@@ -793,12 +847,8 @@
       if (res.status === 404) loadJobs(); // expired or purged meanwhile
       return;
     }
-    const url = URL.createObjectURL(new Blob([blob], { type: "application/x-ndjson" }));
-    const link = el("a", { href: url, download: `${id.replace(/[^\w.-]/g, "_")}.jsonl`, hidden: "" });
-    document.body.append(link);
-    link.click();
-    link.remove();
-    setTimeout(() => URL.revokeObjectURL(url), 60000);
+    const type = format === "jsonl" ? "application/x-ndjson" : blob.type;
+    saveBlob(new Blob([blob], { type }), `${id}${EXTENSIONS[format]}`);
   }
 
   async function followListed(id) {

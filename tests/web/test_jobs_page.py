@@ -11,6 +11,7 @@ import pytest
 from selenium.webdriver.common.by import By
 from selenium.webdriver.common.keys import Keys
 from selenium.webdriver.remote.webdriver import WebDriver
+from selenium.webdriver.support.ui import Select
 
 from ..server import Server, add_key
 from ..test_jobs import StallServer, doc, make_server, submit_ok, wait_status
@@ -194,7 +195,11 @@ def test_the_key_s_jobs_are_listed_with_their_results(job_page, jobs_srv, tmp_pa
 
     # The result, fetched with the key and saved as <job_id>.jsonl: the API's JSON Lines, byte for byte.
     button = job_page.find_element(By.CSS_SELECTOR, f'#jobs-list tr[data-job-id="{mine}"] button.result')
-    assert button.get_attribute("aria-label") == f"Result of job {mine}, saved as JSON Lines"
+    assert (
+        button.get_attribute("aria-label")
+        == f"Result of job {mine}, saved in the format chosen above the list"
+    )
+    assert job_page.find_element(By.ID, "jobs-format").get_attribute("value") == "jsonl"
     button.click()
     saved = downloads / f"{mine}.jsonl"
     wait(job_page, lambda d: saved.exists() and not list(downloads.glob("*.crdownload")), 30, "no download")
@@ -202,6 +207,13 @@ def test_the_key_s_jobs_are_listed_with_their_results(job_page, jobs_srv, tmp_pa
         expected = c.get(f"/v1/jobs/{mine}/result", headers={"Accept": "application/x-ndjson"}).content
     assert saved.read_bytes() == expected
     assert [json.loads(x)["page"] for x in expected.splitlines()] == [1, 2]
+    # Another format chosen above the list: the API's result in it, saved as <job_id> and its extension.
+    Select(job_page.find_element(By.ID, "jobs-format")).select_by_value("markdown")
+    button.click()
+    saved = downloads / f"{mine}.md"
+    wait(job_page, lambda d: saved.exists() and not list(downloads.glob("*.crdownload")), 30, "no download")
+    with jobs_srv.client() as c:
+        assert saved.read_bytes() == c.get(f"/v1/jobs/{mine}/result", params={"format": "markdown"}).content
     assert not job_page.find_element(By.ID, "error").is_displayed()
     assert severe(job_page) == []
 

@@ -12,7 +12,7 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.common.keys import Keys
 from selenium.webdriver.remote.webdriver import WebDriver
 from selenium.webdriver.remote.webelement import WebElement
-from selenium.webdriver.support.ui import WebDriverWait
+from selenium.webdriver.support.ui import Select, WebDriverWait
 
 from ..docs import ARTICLE, TEXTS, encode, pdf, render, render_columns
 from ..server import Server
@@ -120,6 +120,22 @@ def test_image_page_shows_boxes_over_the_image_and_the_text(page, server: Server
     assert "1 page, 4 lines" in page.find_element(By.ID, "summary").text
     assert page.find_element(By.ID, "status").text == "Done: 1 page, 4 lines."
     # No script error and no Content-Security-Policy violation on the way.
+    assert severe(page) == []
+
+
+def test_a_document_downloads_in_another_format(page, server: Server, invoice, tmp_path):
+    """Download as: the document sent again with format=, saved as <its name> and the format's extension."""
+    path, _ = invoice
+    downloads = tmp_path / "downloads"
+    downloads.mkdir()
+    page.execute_cdp_cmd("Browser.setDownloadBehavior", {"behavior": "allow", "downloadPath": str(downloads)})
+    submit(page, server.key, path)
+    results(page, 1)
+    Select(page.find_element(By.ID, "download-format")).select_by_value("hocr")
+    page.find_element(By.ID, "download").click()
+    saved = downloads / "invoice.hocr"
+    wait(page, lambda d: saved.exists() and not list(downloads.glob("*.crdownload")), message="no download")
+    assert saved.read_bytes() == server.ocr(path.read_bytes(), "image/png", params={"format": "hocr"}).content
     assert severe(page) == []
 
 

@@ -8,7 +8,9 @@ from fastapi import APIRouter, Depends, Header, Query, Request, Response
 from fastapi.responses import JSONResponse, StreamingResponse
 
 from ...documents.upload import normalise_media_type, parse_page_selection
-from ...jobs.service import check_webhook_url
+from ...jobs.service import FAILED_PAGES_HEADER, check_webhook_url
+from ...ocr import formats
+from ...ocr.formats.negotiate import OFFERS, choose
 from ...schemas import ErrorBody, JobCreated, JobList, JobState, JobStatus, job_urls
 from ..deps import (
     JOB_DOCUMENT_BODY,
@@ -197,25 +199,60 @@ async def job_events(
     )
 
 
+_RESULT_TYPES = ("application/json", "application/x-ndjson", *(t for t, _ in OFFERS[1:]))
+
+
 @router.get(
     "/v1/jobs/{job_id}/result",
     responses={
         **_JOB_ERRORS,
+        400: {
+            "model": ErrorBody,
+            "description": "invalid_image: format=pdf of a document the PDF tools cannot rebuild",
+        },
+        406: {**ERROR_RESPONSES[422], "description": "not_acceptable: Accept allows none of the formats"},
         409: {"model": ErrorBody, "description": "job_not_finished"},
+        410: {
+            "model": ErrorBody,
+            "description": "document_gone: format=pdf of a cancelled job (its document is not kept)",
+        },
         200: {
-            "content": {"application/json": {}, "application/x-ndjson": {}},
-            "description": "the pages",
+            "content": {
+                t: ({"schema": {"type": "string", "format": "binary"}} if t == "application/pdf" else {})
+                for t in dict.fromkeys(_RESULT_TYPES)
+            },
+            "description": "the pages: JSON unless format= or Accept asks for another format; header "
+            f"{FAILED_PAGES_HEADER}: the pages that could not be read (e.g. 3,7), absent when none",
         },
     },
     response_class=StreamingResponse,
-    summary="A finished job's pages in order: JSON, or JSON Lines with Accept: application/x-ndjson",
+    summary="A finished job's pages in order: JSON, JSON Lines (Accept: application/x-ndjson), or "
+    "format= text, markdown, hocr, alto, pdf",
+    description="Every format is streamed as the pages are read from the job database, a batch at a time. "
+    "format=pdf is the job's document (kept until the job expires) with each read page's text layer, as "
+    "POST /v1/ocr's format=pdf; it is built in a temporary file first, then sent. A page that could not "
+    "be read has no part in the text formats and stays in the PDF without text; the "
+    f"{FAILED_PAGES_HEADER} header lists them.",
 )
 async def job_result(
     job_id: str,
     request: Request,
     state: State,
     caller: str = Depends(require_caller),
+    format_name: str | None = Query(
+        None,
+        alias="format",
+        description="json (the default), text, markdown, hocr, alto or pdf; without it, Accept chooses "
+        "(application/x-ndjson: JSON Lines, a page a line)",
+        json_schema_extra={"enum": [*formats.FORMATS, *formats.UNAVAILABLE]},
+    ),
 ) -> StreamingResponse:
-    ndjson = "application/x-ndjson" in request.headers.get("accept", "")
-    stream = await state.require_jobs().result(caller, job_id, ndjson)
-    return StreamingResponse(stream, media_type="application/x-ndjson" if ndjson else "application/json")
+    accept = request.headers.get("accept", "")
+    # JSON Lines by Accept, as before formats; format= wins over it as over any Accept.
+    ndjson = format_name is None and "application/x-ndjson" in accept
+    fmt, media_type = (formats.JSON, "application/json") if ndjson else choose(format_name, accept)
+    stream, headers = await state.require_jobs().result(caller, job_id, ndjson, fmt)
+    content_type = "application/x-ndjson" if ndjson else fmt.content_type(media_type)
+    if fmt.name == "json" and not ndjson:
+        content_type = "application/json"  # as it always was
+    return StreamingResponse(stream, media_type=content_type, headers={**headers, "Vary": "Accept"})

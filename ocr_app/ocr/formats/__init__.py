@@ -2,7 +2,10 @@
 by `format=` or by `Accept` (negotiate.py). One module per format, each a function from the response to its
 text or bytes, no HTTP in them: the text formats need the response only; pdf (pdf.py) also the document as
 sent (a `Source`), whose pages it keeps. JSON is the route's own answer (FastAPI serialises the model as it
-always has)."""
+always has).
+
+The text formats are written in parts (parts.py: a head, a part per page, a tail): /v1/ocr joins them, a
+job's result (ocr_app/jobs/results.py) streams them as it reads the job's pages."""
 
 from __future__ import annotations
 
@@ -10,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from ...schemas import OcrResponse
-from . import alto, hocr, markdown, pdf, text
+from . import alto, hocr, markdown, parts, pdf, text
 from .pdf import Source
 
 __all__ = ["FORMATS", "JSON", "UNAVAILABLE", "Format", "Source", "render"]
@@ -30,6 +33,7 @@ class Format:
     media_type: str  # what the answer's Content-Type names
     render: Renderer | None  # None: JSON, the route's own
     binary: bool = False  # True: the Content-Type has no charset (pdf)
+    writer: type[parts.Writer] | None = None  # the text formats' parts (None: json and pdf)
 
     def content_type(self, media_type: str) -> str:
         """The answer's Content-Type for the media type negotiated (hOCR has two)."""
@@ -41,10 +45,15 @@ FORMATS: dict[str, Format] = {
     f.name: f
     for f in (
         JSON,
-        Format("text", text.MEDIA_TYPE, _answer_only(text.render)),
-        Format("markdown", markdown.MEDIA_TYPE, _answer_only(markdown.render)),
-        Format("hocr", hocr.MEDIA_TYPE, _answer_only(hocr.render)),
-        Format("alto", alto.MEDIA_TYPE, _answer_only(alto.render)),
+        Format("text", text.MEDIA_TYPE, _answer_only(text.render), writer=text.Writer),
+        Format(
+            "markdown",
+            markdown.MEDIA_TYPE,
+            _answer_only(markdown.render),
+            writer=markdown.Writer,
+        ),
+        Format("hocr", hocr.MEDIA_TYPE, _answer_only(hocr.render), writer=hocr.Writer),
+        Format("alto", alto.MEDIA_TYPE, _answer_only(alto.render), writer=alto.Writer),
         Format("pdf", pdf.MEDIA_TYPE, pdf.render, binary=True),
     )
 }

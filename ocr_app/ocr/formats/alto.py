@@ -13,6 +13,7 @@ import xml.etree.ElementTree as ET
 
 from ... import __version__
 from ...schemas import OcrResponse, Page
+from . import parts
 from .geometry import Box, block_lines, element, pixel_box, union, words
 
 MEDIA_TYPE = "application/alto+xml"
@@ -28,20 +29,38 @@ def _position(box: Box | None) -> dict[str, str]:
     return {"HPOS": str(x0), "VPOS": str(y0), "WIDTH": str(x1 - x0), "HEIGHT": str(y1 - y0)}
 
 
-def render(response: OcrResponse) -> bytes:
-    # Unqualified names in the default namespace, declared on the root; xsi's prefix is ElementTree's own.
-    alto = element(None, "alto", xmlns=ALTO, **{f"{{{XSI}}}schemaLocation": SCHEMA_LOCATION})
-    description = element(alto, "Description")
-    element(description, "MeasurementUnit").text = "pixel"
-    processing = element(description, "OCRProcessing", ID="OCR_0")
-    step = element(element(processing, "ocrProcessingStep"), "processingSoftware")
-    element(step, "softwareName").text = f"ocrfleet ({response.engine}: {response.model})"
-    element(step, "softwareVersion").text = __version__
-    layout = element(alto, "Layout")
-    for page in response.pages:
+class Writer(parts.Writer):
+    """The head (Description, the Layout opened), a `Page` per page, the tail."""
+
+    def head(self) -> bytes:
+        # Unqualified names in the default namespace, declared on the root; xsi's prefix is ElementTree's.
+        alto = element(None, "alto", xmlns=ALTO, **{f"{{{XSI}}}schemaLocation": SCHEMA_LOCATION})
+        description = element(alto, "Description")
+        element(description, "MeasurementUnit").text = "pixel"
+        processing = element(description, "OCRProcessing", ID="OCR_0")
+        step = element(element(processing, "ocrProcessingStep"), "processingSoftware")
+        element(step, "softwareName").text = f"ocrfleet ({self.engine}: {self.model})"
+        element(step, "softwareVersion").text = __version__
+        element(alto, "Layout").text = _PAGES  # the pages go where the mark is
+        doc: bytes = ET.tostring(alto, encoding="utf-8", xml_declaration=False)
+        return b'<?xml version="1.0" encoding="UTF-8"?>\n' + doc[: doc.index(_PAGES.encode())]
+
+    def body(self, page: Page) -> bytes:
+        layout = element(None, "Layout")
         _page(layout, page)
-    doc: bytes = ET.tostring(alto, encoding="utf-8", xml_declaration=False)
-    return b'<?xml version="1.0" encoding="UTF-8"?>\n' + doc + b"\n"
+        out: bytes = ET.tostring(layout[0], encoding="utf-8", xml_declaration=False)
+        return out
+
+    def tail(self) -> bytes:
+        return b"</Layout></alto>\n"
+
+
+# Where the pages go in the head's serialisation: text that the serialiser leaves as it is.
+_PAGES = "@@ocr-pages@@"
+
+
+def render(response: OcrResponse) -> bytes:
+    return parts.render(Writer, response)
 
 
 def _page(layout: ET.Element, page: Page) -> None:

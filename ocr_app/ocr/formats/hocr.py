@@ -14,6 +14,7 @@ import xml.etree.ElementTree as ET
 
 from ... import __version__
 from ...schemas import OcrResponse, Page
+from . import parts
 from .geometry import Box, block_lines, element, pixel_box, union, words
 
 MEDIA_TYPE = "application/xhtml+xml"
@@ -26,22 +27,40 @@ def _bbox(box: Box) -> str:
     return "bbox {} {} {} {}".format(*box)
 
 
+class Writer(parts.Writer):
+    """The head (`ocr-number-of-pages`: `count`), an `ocr_page` per page, the tail."""
+
+    def head(self) -> bytes:
+        html = element(None, "html", xmlns=XHTML)
+        head = element(html, "head")
+        element(head, "title").text = "OCR result"
+        element(head, "meta", **{"http-equiv": "Content-Type", "content": "text/html; charset=utf-8"})
+        system = f"ocrfleet {__version__} ({self.engine}: {self.model})"
+        element(head, "meta", name="ocr-system", content=system)
+        element(head, "meta", name="ocr-capabilities", content=CAPABILITIES)
+        element(head, "meta", name="ocr-number-of-pages", content=str(self.count))
+        body = element(html, "body")
+        body.text = "\n" + _PAGES  # never empty, a page never either; the pages go where the mark is
+        # Only <meta/> is ever empty: an HTML parser reads <div/> as an opening tag, and </meta> as an error.
+        doc: bytes = ET.tostring(html, encoding="utf-8", xml_declaration=False)
+        return PROLOGUE + doc[: doc.index(_PAGES.encode())]
+
+    def body(self, page: Page) -> bytes:
+        holder = element(None, "body")
+        _page(holder, page)
+        out: bytes = ET.tostring(holder[0], encoding="utf-8", xml_declaration=False)  # with its tail
+        return out
+
+    def tail(self) -> bytes:
+        return b"</body></html>\n"
+
+
+# Where the pages go in the head's serialisation: text that the serialiser leaves as it is.
+_PAGES = "@@ocr-pages@@"
+
+
 def render(response: OcrResponse) -> bytes:
-    html = element(None, "html", xmlns=XHTML)
-    head = element(html, "head")
-    element(head, "title").text = "OCR result"
-    element(head, "meta", **{"http-equiv": "Content-Type", "content": "text/html; charset=utf-8"})
-    system = f"ocrfleet {__version__} ({response.engine}: {response.model})"
-    element(head, "meta", name="ocr-system", content=system)
-    element(head, "meta", name="ocr-capabilities", content=CAPABILITIES)
-    element(head, "meta", name="ocr-number-of-pages", content=str(len(response.pages)))
-    body = element(html, "body")
-    body.text = "\n"  # never empty (above), a page never either
-    for page in response.pages:
-        _page(body, page)
-    # Only <meta/> is ever empty: an HTML parser reads <div/> as an opening tag, and </meta> as an error.
-    doc: bytes = ET.tostring(html, encoding="utf-8", xml_declaration=False)
-    return PROLOGUE + doc + b"\n"
+    return parts.render(Writer, response)
 
 
 def _page(body: ET.Element, page: Page) -> None:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import re
 
 from ...schemas import Block, OcrResponse, Page
+from . import parts
 
 MEDIA_TYPE = "text/markdown"
 
@@ -36,10 +37,21 @@ def escape(text: str, line_start: bool = True) -> str:
     return _LEADING.sub(r"\1\\\2", out)
 
 
+class Writer(parts.Writer):
+    """The title count runs across pages: the document's first title is `#`, on whichever page."""
+
+    separator = PAGE_BREAK.encode("utf-8")
+
+    def __init__(self, engine: str, model: str, count: int) -> None:
+        super().__init__(engine, model, count)
+        self.state = _State()
+
+    def body(self, page: Page) -> bytes:
+        return (page.text if self.engine == "vllm" else _page(page, self.state)).encode("utf-8")
+
+
 def render(response: OcrResponse) -> str:
-    state = _State()
-    pages = [page.text if response.engine == "vllm" else _page(page, state) for page in response.pages]
-    return PAGE_BREAK.join(pages)
+    return parts.render(Writer, response).decode("utf-8")
 
 
 class _State:

@@ -78,6 +78,14 @@ class Source:
     content_type: str
 
 
+_SAVE_OPTIONS: dict[str, Any] = {
+    "compress_streams": True,
+    "object_stream_mode": pikepdf.ObjectStreamMode.generate,
+    "deterministic_id": True,
+}
+_REFUSED = (pikepdf.PdfError, img2pdf.ImageOpenError, FPDFException, OSError, ValueError, IndexError)
+
+
 def render(response: OcrResponse, source: Source | None) -> bytes:
     if source is None:
         raise ValueError("format=pdf needs the document the answer was read from")
@@ -85,25 +93,65 @@ def render(response: OcrResponse, source: Source | None) -> bytes:
     numbers = [p.page for p in response.pages]
     try:
         with _base_pdf(data, media_type, numbers) as pdf:
-            layered = [i for i in range(len(response.pages)) if not _has_text(pdf.pages[i])]
-            for i, page in enumerate(response.pages):
-                _turn(pdf.pages[i], page.rotation)
-            if layered:
-                text_pdf = _text_layer(pdf, [(i, response.pages[i]) for i in layered])
-                for k, i in enumerate(layered):
-                    base = pdf.pages[i]
-                    # Over the page's trim box, the page's /Rotate undone: the layer lies as the page shows.
-                    base.add_overlay(text_pdf.pages[k], pikepdf.Rectangle(base.trimbox))
+            _layer(pdf, list(enumerate(response.pages)))
             out = io.BytesIO()
-            pdf.save(
-                out,
-                compress_streams=True,
-                object_stream_mode=pikepdf.ObjectStreamMode.generate,
-                deterministic_id=True,
-            )
+            pdf.save(out, **_SAVE_OPTIONS)
             return out.getvalue()
-    except (pikepdf.PdfError, img2pdf.ImageOpenError, FPDFException, OSError, ValueError, IndexError) as err:
+    except _REFUSED as err:
         raise InvalidDocument(f"cannot make a PDF of this document: {err}") from None
+
+
+class FileDocument:
+    """format=pdf of a bulk job, in bounded memory: the document is read from a file (pikepdf reads a PDF's
+    objects from it as they are needed), its pages are the job's (`numbers`, all of them, read or not), the
+    layers are added a batch of pages at a time (add), and the result is written to a file (save). What
+    stays in memory until save is what the layers add (the pages' words), not the pages' images.
+
+    An image document (one image, a TIFF's frames) is converted to a PDF in memory first, as /v1/ocr's is;
+    a multipart body's file is taken out of it in memory. Both are bounded by max_job_bytes."""
+
+    def __init__(self, path: Path, content_type: str, numbers: list[int]) -> None:
+        media_type = normalise_media_type(content_type)
+        try:
+            if media_type == MULTIPART_TYPE:
+                body, media_type = extract_multipart_file(path.read_bytes(), content_type)
+                path.write_bytes(body)
+            with path.open("rb") as f:
+                media_type = classify(f.read(1024), media_type)
+            self.pdf = _base_pdf(path, media_type, numbers)
+        except _REFUSED as err:
+            raise InvalidDocument(f"cannot make a PDF of this document: {err}") from None
+        self.index = {n: i for i, n in enumerate(numbers)}
+
+    def add(self, pages: list[Page]) -> None:
+        """The layers of these pages (each a page of the job, read), on their pages."""
+        try:
+            _layer(self.pdf, [(self.index[p.page], p) for p in pages])
+        except _REFUSED as err:
+            raise InvalidDocument(f"cannot make a PDF of this document: {err}") from None
+
+    def save(self, path: Path) -> None:
+        try:
+            self.pdf.save(path, **_SAVE_OPTIONS)
+        except _REFUSED as err:
+            raise InvalidDocument(f"cannot make a PDF of this document: {err}") from None
+
+    def close(self) -> None:
+        self.pdf.close()
+
+
+def _layer(pdf: pikepdf.Pdf, pages: list[tuple[int, Page]]) -> None:
+    """Turn each (index into pdf.pages, answer's page) as the engine did, and lay its words over it unless
+    the page already carries text."""
+    layered = [(i, page) for i, page in pages if not _has_text(pdf.pages[i])]
+    for i, page in pages:
+        _turn(pdf.pages[i], page.rotation)
+    if layered:
+        text_pdf = _text_layer(pdf, layered)
+        for k, (i, _) in enumerate(layered):
+            base = pdf.pages[i]
+            # Over the page's trim box, the page's /Rotate undone: the layer lies as the page shows.
+            base.add_overlay(text_pdf.pages[k], pikepdf.Rectangle(base.trimbox))
 
 
 def _document(source: Source) -> tuple[bytes, str]:
@@ -116,12 +164,13 @@ def _document(source: Source) -> tuple[bytes, str]:
 # --- the base pages ---------------------------------------------------------------------------------------
 
 
-def _base_pdf(data: bytes, media_type: str, numbers: list[int]) -> pikepdf.Pdf:
-    """The document as a PDF holding exactly the answer's pages, in its order."""
+def _base_pdf(data: bytes | Path, media_type: str, numbers: list[int]) -> pikepdf.Pdf:
+    """The document (its bytes, or a file) as a PDF holding exactly the answer's pages, in its order."""
     if media_type == PDF_TYPE:
-        pdf = pikepdf.open(io.BytesIO(data))
+        pdf = pikepdf.open(data if isinstance(data, Path) else io.BytesIO(data))
     else:
-        pdf = pikepdf.open(io.BytesIO(_image_pdf(data, media_type, numbers)))
+        image = data.read_bytes() if isinstance(data, Path) else data
+        pdf = pikepdf.open(io.BytesIO(_image_pdf(image, media_type, numbers)))
         numbers = list(range(1, len(numbers) + 1))  # _image_pdf made only the answer's frames
     if numbers != list(range(1, len(pdf.pages) + 1)):
         keep = [pdf.pages[n - 1] for n in numbers]

@@ -3,10 +3,18 @@
 
 from __future__ import annotations
 
-from ...schemas import OcrResponse
+from ...schemas import OcrResponse, Page
+from . import parts
 
 MEDIA_TYPE = "text/plain"
 
 
+class Writer(parts.Writer):
+    separator = b"\f"
+
+    def body(self, page: Page) -> bytes:
+        return page.text.encode("utf-8")
+
+
 def render(response: OcrResponse) -> str:
-    return "\f".join(page.text for page in response.pages)
+    return parts.render(Writer, response).decode("utf-8")
