@@ -161,6 +161,29 @@
     setTimeout(() => URL.revokeObjectURL(url), 60000);
   }
 
+  // A download: the answer as a blob, `button` disabled meanwhile; an error shown as any other (and handed
+  // to `onError`), null then.
+  async function fetchBlob(button, url, options, onError = () => {}) {
+    button.disabled = true;
+    let res, blob, text;
+    try {
+      res = await fetch(url, { ...options, cache: "no-store" });
+      if (res.ok) blob = await res.blob();
+      else text = await res.text();
+    } catch (err) {
+      showNetworkError(err);
+      return null;
+    } finally {
+      button.disabled = false;
+    }
+    if (!res.ok) {
+      showApiError(res, parseJson(text), text);
+      onError(res);
+      return null;
+    }
+    return blob;
+  }
+
   // The document in another format: POST /v1/ocr?format= with the same file and pages (read again).
   $("download").addEventListener("click", async (e) => {
     const button = e.currentTarget;
@@ -170,24 +193,10 @@
     if (lastDocument.pages) params.set("pages", lastDocument.pages);
     const body = new FormData();
     body.append("file", lastDocument.file, lastDocument.file.name || "document");
-    button.disabled = true;
-    let res, blob, text;
-    try {
-      res = await fetch(`v1/ocr?${params}`, {
-        method: "POST", body, headers: authHeaders(keyInput.value.trim()), cache: "no-store",
-      });
-      if (res.ok) blob = await res.blob();
-      else text = await res.text();
-    } catch (err) {
-      showNetworkError(err);
-      return;
-    } finally {
-      button.disabled = false;
-    }
-    if (!res.ok) {
-      showApiError(res, parseJson(text), text);
-      return;
-    }
+    const blob = await fetchBlob(button, `v1/ocr?${params}`, {
+      method: "POST", body, headers: authHeaders(keyInput.value.trim()),
+    });
+    if (!blob) return;
     const stem = (lastDocument.file.name || "document").replace(/\.[^.]*$/, "");
     saveBlob(blob, `${stem}${EXTENSIONS[format]}`);
   });
@@ -830,23 +839,11 @@
     const headers = authHeaders(keyInput.value.trim());
     if (format === "jsonl") headers.Accept = "application/x-ndjson";
     const query = format === "jsonl" ? "" : `?format=${encodeURIComponent(format)}`;
-    button.disabled = true;
-    let res, blob, text;
-    try {
-      res = await fetch(`v1/jobs/${encodeURIComponent(id)}/result${query}`, { headers, cache: "no-store" });
-      if (res.ok) blob = await res.blob();
-      else text = await res.text();
-    } catch (err) {
-      showNetworkError(err);
-      return;
-    } finally {
-      button.disabled = false;
-    }
-    if (!res.ok) {
-      showApiError(res, parseJson(text), text);
+    const url = `v1/jobs/${encodeURIComponent(id)}/result${query}`;
+    const blob = await fetchBlob(button, url, { headers }, (res) => {
       if (res.status === 404) loadJobs(); // expired or purged meanwhile
-      return;
-    }
+    });
+    if (!blob) return;
     const type = format === "jsonl" ? "application/x-ndjson" : blob.type;
     saveBlob(new Blob([blob], { type }), `${id}${EXTENSIONS[format]}`);
   }
