@@ -81,6 +81,11 @@ class Block(BaseModel):
         return data
 
 
+class Usage(BaseModel):
+    prompt_tokens: int = Field(ge=0, description="the prompt's tokens, the page image's among them")
+    completion_tokens: int = Field(ge=0, description="the tokens the model wrote")
+
+
 class Page(BaseModel):
     page: int = Field(ge=1, description="1-based page (or TIFF frame) number in the document")
     width: int = Field(description="pixels of the page as sent; PDF pages at pdf_dpi")
@@ -102,6 +107,11 @@ class Page(BaseModel):
         "of their lines. Empty when the engine cannot group them",
     )
     warnings: list[str] = Field(default_factory=list)
+    usage: Usage | None = Field(
+        default=None,
+        description="engine vllm only (absent otherwise): the tokens the page took, every attempt counted "
+        "(a page run again after a degenerate answer counts each run)",
+    )
     preview: str | None = Field(
         None,
         description="with preview=true only (absent otherwise): the page image the engine saw (EXIF "
@@ -115,6 +125,8 @@ class Page(BaseModel):
         data: dict[str, Any] = handler(self)
         if self.preview is None:
             data.pop("preview", None)
+        if self.usage is None:
+            data.pop("usage", None)
         return data
 
 

@@ -103,6 +103,7 @@ class EnginePage:
     warnings: list[str] = field(default_factory=list)
     rotation: int = 0  # degrees the engine turned the page clockwise to read it (0, 90, 180, 270)
     blocks: list[EngineBlock] = field(default_factory=list)
+    usage: tuple[int, int] | None = None  # (prompt, completion) tokens, where the engine counts them (vllm)
 
     def joined_text(self) -> str:
         if self.text is not None:

@@ -19,7 +19,7 @@ from ..documents.image import PageImage
 from ..engines.base import Engine, EngineBlock, EngineError, EngineLine, EnginePage
 from ..errors import JobPageTimeout, NotReady, RequestTimeout
 from ..metrics import Metrics
-from ..schemas import Block, Cell, Line, OcrResponse, Page, Timings, Word
+from ..schemas import Block, Cell, Line, OcrResponse, Page, Timings, Usage, Word
 from .admission import Admission
 from .health import HealthMonitor
 
@@ -184,6 +184,7 @@ def _page(img: PageImage, ep: EnginePage) -> Page:
         lines=[_line(ln) for ln in ep.lines],
         blocks=[_block(ep, b) for b in ep.blocks],
         warnings=ep.warnings,
+        usage=None if ep.usage is None else Usage(prompt_tokens=ep.usage[0], completion_tokens=ep.usage[1]),
         preview=img.preview,
     )
 

@@ -51,3 +51,22 @@ def test_images_are_read_in_order_and_a_cut_page_ends_as_length(server, urls):
     assert cut.choices[0].finish_reason == "length"
     text = cut.choices[0].message.content
     assert VARIANTS[0].markdown.startswith(text) and len(text) < len(VARIANTS[0].markdown)
+
+
+def test_usage_counts_the_tokens_the_model_wrote(server, urls, tiny_checkpoint):
+    # The model writes VARIANTS[1].markdown: its tokens as the checkpoint's own tokenizer (transformers) reads
+    # them, and the end-of-sequence token. Every page's tokens add up; the stream's usage chunk is the same.
+    from transformers import AutoTokenizer
+
+    written = len(
+        AutoTokenizer.from_pretrained(tiny_checkpoint)(
+            VARIANTS[1].markdown, add_special_tokens=False
+        ).input_ids
+    )
+    one = chat(server, urls[1]).usage
+    assert written <= one.completion_tokens <= written + 1, (written, one)
+    assert one.prompt_tokens > 0 and one.total_tokens == one.prompt_tokens + one.completion_tokens
+    two = chat(server, urls[1], urls[1]).usage
+    assert (two.prompt_tokens, two.completion_tokens) == (2 * one.prompt_tokens, 2 * one.completion_tokens)
+    chunks = list(chat(server, urls[1], stream=True, stream_options={"include_usage": True}))
+    assert chunks[-1].choices == [] and chunks[-1].usage == one

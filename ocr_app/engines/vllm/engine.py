@@ -378,7 +378,16 @@ class VllmEngine(Engine):
             lps.append(entry.logprob if entry is not None else float("nan"))
             piece = entry.decoded_token if entry is not None else None
             pieces.append(piece if piece is not None else self._tokenizer.decode([tid]))
-        return Attempt(temperature, ids, lps, pieces, out.finish_reason)
+        prompt = len(final.prompt_token_ids or ())
+        return Attempt(
+            temperature,
+            ids,
+            lps,
+            pieces,
+            out.finish_reason,
+            prompt_tokens=prompt,
+            generated=len(out.token_ids),
+        )
 
     def _to_page(
         self, best: Attempt, attempts: list[Attempt], detected: list[EngineLine] | None
@@ -399,4 +408,6 @@ class VllmEngine(Engine):
                         c.bbox = boxes[c.lines[0]]
             blocks.append(EngineBlock(kind, union(located) if located else None, idx, table))
         warnings = page_warnings(best, attempts)
-        return EnginePage(lines=lines, text=text.strip(), warnings=warnings, blocks=blocks)
+        # What the page cost: every attempt's tokens (a page run again counts each run).
+        usage = (sum(a.prompt_tokens for a in attempts), sum(a.generated for a in attempts))
+        return EnginePage(lines=lines, text=text.strip(), warnings=warnings, blocks=blocks, usage=usage)

@@ -115,6 +115,8 @@ class Attempt:
     finish_reason: str | None
     problem: str | None = None  # None | "max_tokens_reached" | "repetition_loop"
     loop: Loop | None = None
+    prompt_tokens: int = 0  # the prompt's tokens, the page's image tokens among them
+    generated: int = 0  # every token the model wrote, special ones included
 
     @property
     def kept(self) -> int:

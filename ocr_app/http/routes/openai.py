@@ -208,22 +208,31 @@ async def chat_completions(request: Request, state: State, caller: str = Depends
                         "finish_reason": finish,
                     }
                 ],
-                "usage": USAGE,
+                "usage": usage(pages),
             }
         )
     return StreamingResponse(
-        _events(head, text, finish, chat.include_usage),
+        _events(head, text, finish, usage(pages) if chat.include_usage else None),
         media_type="text/event-stream",
         # nginx passes each event on as it comes (its proxy_buffering is on for the rest).
         headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
     )
 
 
-# The engines do not count tokens for the answer: zeros, which OpenAI's clients read as usage.
-USAGE = {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0}
+def usage(pages: list[Page]) -> dict[str, int]:
+    """OpenAI's usage: the pages' tokens where the engine counts them (vllm: every attempt of every page);
+    zeros otherwise (rapidocr counts none), which OpenAI's clients read as usage all the same."""
+    counted = [p.usage for p in pages if p.usage is not None]
+    if not pages or len(counted) != len(pages):
+        return {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0}
+    prompt = sum(u.prompt_tokens for u in counted)
+    completion = sum(u.completion_tokens for u in counted)
+    return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
 
 
-async def _events(head: dict[str, Any], text: str, finish: str, include_usage: bool) -> AsyncIterator[str]:
+async def _events(
+    head: dict[str, Any], text: str, finish: str, usage: dict[str, int] | None
+) -> AsyncIterator[str]:
     """OpenAI's chunks: the role first, then the text a line at a time, the finish reason in the last chunk
     (with an empty delta), the usage chunk if asked for (stream_options.include_usage), then [DONE]."""
 
@@ -239,10 +248,10 @@ async def _events(head: dict[str, Any], text: str, finish: str, include_usage: b
     for line in text.splitlines(keepends=True):
         yield chunk({"content": line})
     yield chunk({}, finish)
-    if include_usage:
+    if usage is not None:
         yield (
             "data: "
-            + json.dumps({**head, "object": "chat.completion.chunk", "choices": [], "usage": USAGE})
+            + json.dumps({**head, "object": "chat.completion.chunk", "choices": [], "usage": usage})
             + "\n\n"
         )
     yield "data: [DONE]\n\n"
