@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import hashlib
 import os
 import subprocess
 from pathlib import Path
@@ -7,7 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from ocr_app.auth import NAME_RE, KeyFileError, KeyStore, add_key, hash_key, parse_key_file, remove_key
+from ocr_app.auth import NAME_RE, KeyFileError, KeyStore, add_key, parse_key_file, remove_key
 
 from .server import OCR_APP
 
@@ -19,7 +20,8 @@ def test_keys_add_prints_key_last_and_stores_only_its_hash(tmp_path):
     )
     key = r.stdout.strip().splitlines()[-1]
     assert key.startswith("ocr_") and len(key) > 40
-    assert f.read_text() == f"alice:{hash_key(key)}\n"
+    # The published scheme, recomputed here: the SHA-256 of the key's UTF-8 bytes, in hex.
+    assert f.read_text() == f"alice:{hashlib.sha256(key.encode()).hexdigest()}\n"
     assert key not in f.read_text()
     assert os.stat(f).st_mode & 0o777 == 0o640
     r = subprocess.run([OCR_APP, "keys", "add", "alice", "--file", str(f)], capture_output=True, text=True)
@@ -36,6 +38,21 @@ def test_store_authenticates_and_follows_file_changes(tmp_path):
     assert store.authenticate(k2) == "two"
     remove_key(f, "one")
     assert store.authenticate(k1) is None
+
+
+def test_a_key_matches_its_whole_digest_and_nothing_less(tmp_path):
+    # A stored digest that differs from the key's in its last bit only is another key's, listed first; a key
+    # one character longer or shorter is no key.
+    key = "ocr_" + "k" * 40
+    digest = hashlib.sha256(key.encode()).hexdigest()
+    near = digest[:-1] + format(int(digest[-1], 16) ^ 1, "x")
+    f = tmp_path / "keys"
+    f.write_text(f"near:{near}\nright:{digest}\n")
+    store = KeyStore(f)
+    assert store.authenticate(key) == "right"
+    assert store.authenticate(key + "k") is None and store.authenticate(key[:-1]) is None
+    f.write_text(f"near:{near}\n")
+    assert KeyStore(f).authenticate(key) is None
 
 
 def test_broken_edit_keeps_last_good_keys(tmp_path):

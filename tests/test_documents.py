@@ -45,6 +45,44 @@ def test_page_selection_limits():
     assert code_of(parse_page_selection, "0-2", 50) == "invalid_parameter"
 
 
+def test_page_selection_at_max_pages_and_one_past():
+    # 50 pages selected: at the limit; 51, in one range or over several: one past it.
+    assert parse_page_selection("1-50", 50) == list(range(1, 51))
+    assert parse_page_selection("1-25,26-49,50", 50) == list(range(1, 51))
+    assert code_of(parse_page_selection, "1-51", 50) == "too_many_pages"
+    assert code_of(parse_page_selection, "1-25,26-50,51", 50) == "too_many_pages"
+    assert code_of(parse_page_selection, ",".join(str(n) for n in range(1, 52)), 50) == "too_many_pages"
+
+
+@pytest.mark.parametrize("kind", ["tiff", "pdf"])
+def test_a_document_of_max_pages_is_read_and_one_page_more_is_413(kind):
+    tiny = [Image.new("RGB", (8, 8), (n, 0, 0)) for n in range(LIMITS.max_pages + 1)]
+
+    def doc(pages):
+        return (multipage_tiff(pages), "image/tiff") if kind == "tiff" else (pdf(pages), "application/pdf")
+
+    pages = load_pages(*doc(tiny[: LIMITS.max_pages]), None, LIMITS)
+    assert [p.number for p in pages] == list(range(1, LIMITS.max_pages + 1))
+    assert code_of(load_pages, *doc(tiny), None, LIMITS) == "too_many_pages"
+
+
+def test_a_tiffs_frames_are_walked_no_further_than_the_limit(monkeypatch):
+    # 300 frames: refused after reading max_pages + 1 of their directories, not all 300.
+    from PIL import TiffImagePlugin
+
+    seeks: list[int] = []
+    seek = TiffImagePlugin.TiffImageFile.seek
+
+    def counting(self, frame):
+        seeks.append(frame)
+        return seek(self, frame)
+
+    data = multipage_tiff([Image.new("1", (4, 4))] * 300)
+    monkeypatch.setattr(TiffImagePlugin.TiffImageFile, "seek", counting)
+    assert code_of(load_pages, data, "image/tiff", None, LIMITS) == "too_many_pages"
+    assert max(seeks) == LIMITS.max_pages
+
+
 # What API fuzzing found (a 500: int() refused what the pattern let through) and its neighbours.
 @pytest.mark.parametrize("spec", ["0\x1f", "1\n", "1\x1c-2", "\u0663", "1-\uff12", "1" * 5000, "", ",", "1-"])
 def test_page_selection_refuses_what_is_not_ascii_digits(spec):

@@ -9,6 +9,8 @@ import httpx
 import pytest
 from PIL import Image
 
+from ocr_app.config import Settings
+
 from .docs import TEXTS, encode, pdf, png_bomb, render
 
 
@@ -125,12 +127,13 @@ def test_too_many_pixels_is_413_for_each_format(server):
 
 
 def test_declared_oversize_body_is_refused_before_it_is_read(server):
-    # Announce 21 MiB, send 1 KiB, and read the answer: the server must not wait for the rest.
+    # Announce one byte over the limit, send 1 KiB, read the answer: the server must not wait for the rest.
+    over = Settings.model_fields["max_upload_bytes"].default + 1
     with socket.create_connection(("127.0.0.1", server.port), timeout=30) as s:
         s.sendall(
             (
                 f"POST /v1/ocr HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {server.key}\r\n"
-                f"Content-Type: image/png\r\nContent-Length: {21 * 1024 * 1024}\r\n\r\n"
+                f"Content-Type: image/png\r\nContent-Length: {over}\r\n\r\n"
             ).encode()
             + b"\0" * 1024
         )
@@ -151,6 +154,27 @@ def test_chunked_oversize_body_is_cut_off(server):
     with server.client() as c:
         r = c.post("/v1/ocr", content=chunks(), headers={"Content-Type": "image/png"})
     assert_error(r, 413, "payload_too_large")
+
+
+def test_a_body_at_the_upload_limit_is_read_and_one_byte_more_is_413(server):
+    # The shared server runs with the default max_upload_bytes: a PNG padded with zeros after its end (a
+    # decoder stops at IEND) to exactly the limit is read; one byte more is refused, whether the length is
+    # declared (Content-Length) or counted as a chunked body is read.
+    limit = Settings.model_fields["max_upload_bytes"].default
+    png = encode(render(["Harbour"], size=24, width=300).image, "PNG")
+    at = png + b"\0" * (limit - len(png))
+
+    def chunked(data: bytes):
+        for i in range(0, len(data), 1 << 20):
+            yield data[i : i + (1 << 20)]
+
+    assert server.ocr(at, "image/png").status_code == 200
+    assert_error(server.ocr(at + b"\0", "image/png"), 413, "payload_too_large")
+    with server.client() as c:
+        r = c.post("/v1/ocr", content=chunked(at), headers={"Content-Type": "image/png"})
+        assert r.status_code == 200, r.text
+        r = c.post("/v1/ocr", content=chunked(at + b"\0"), headers={"Content-Type": "image/png"})
+        assert_error(r, 413, "payload_too_large")
 
 
 def test_unknown_route_and_method_are_json(server):

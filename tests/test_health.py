@@ -214,3 +214,29 @@ def test_a_filling_disk_takes_the_instance_out_until_there_is_room_again(tmp_pat
         assert s.health().json()["problems"] == []
     finally:
         assert s.stop() == 0
+
+
+# --- the lag window on a clock of the test's own ---------------------------------------------------------
+
+
+class _Engine:
+    """What HealthMonitor.problems() asks of an engine: its pages and its device."""
+
+    pages_done = 0
+
+    def device_problem(self) -> None:
+        return None
+
+
+@pytest.mark.parametrize(("after_s", "out"), [(0.0, True), (2.999, True), (3.0, False), (60.0, False)])
+def test_a_lag_keeps_the_instance_out_for_its_window_and_no_longer(monkeypatch, after_s, out):
+    # A lag seen at t = 100 with health_loop_lag_window_s = 3: out until t = 103, in again from then on.
+    from ocr_app import metrics
+    from ocr_app.config import load_settings
+    from ocr_app.ocr import health
+
+    settings = load_settings(None, auth_disabled=True, health_loop_lag_s=0.5, health_loop_lag_window_s=3)
+    monitor = health.HealthMonitor(settings, metrics.Metrics(), None, _Engine())  # type: ignore[arg-type]
+    monitor._lag_seen_s, monitor._lag_seen_at = 0.8, 100.0
+    monkeypatch.setattr(health.time, "monotonic", lambda: 100.0 + after_s)
+    assert [p.code for p in monitor.problems()] == (["event_loop_lag"] if out else [])

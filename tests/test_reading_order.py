@@ -371,3 +371,20 @@ def test_layout_pages_read_in_order_with_their_blocks(engine, name, variant):
             got[c.row][c.column] = " ".join(page.lines[i].text for i in c.lines)
         assert [[t.casefold() for t in row] for row in got] == [[t.casefold() for t in row] for row in TABLE]
         assert page.joined_text() == "\n".join("\t".join(row) for row in got)
+
+
+@pytest.mark.parametrize(("rows", "columns"), [(2, False), (3, True)], ids=["two-rows", "three-rows"])
+def test_two_paired_rows_tell_nothing_and_are_read_as_rows(rows, columns):
+    # Two sides of a gutter, rows paired, lines long and filling their sides (prose by the width rule):
+    # TABLE_MIN_ROWS - 1 rows tell nothing and are read as rows, as before; TABLE_MIN_ROWS rows are columns.
+    left = column(50, 100, [400] * rows)
+    right = column(480, 100, [400] * rows)
+    pairs = [b for pair in zip(left, right, strict=True) for b in pair]
+    assert ordered(shuffled(left + right)) == (left + right if columns else pairs)
+
+
+@pytest.mark.parametrize(("rows", "kinds"), [(3, ["table"]), (2, ["text"])], ids=["three-rows", "two-rows"])
+def test_a_table_block_has_at_least_three_rows(rows, kinds):
+    # Rows of an item and its price: TABLE_MIN_ROWS of them are a table; one fewer, a paragraph.
+    items = receipt([120, 200, 90][:rows], [60, 55, 70][:rows], right=400)
+    assert [kind for kind, _ in layout(shuffled(items))] == kinds

@@ -310,7 +310,8 @@ class Block:
 
 
 def page_layout(boxes: list[Box], page_height: float = 1.0, upright: list[Box] | None = None) -> list[Block]:
-    """The page's blocks in reading order; their lines, one block after another, are reading_order(boxes).
+    """The page's blocks in reading order; their lines, one block after another, are reading_order(boxes),
+    but for a table's, read cell by cell (tables.py: rows found as its grid has them).
 
     With `upright` (the same lines' boxes on the page deskewed, see deskewed()), the order and the blocks
     come from those, while each block's bbox stays the union of its lines' `boxes`: the page as sent."""
