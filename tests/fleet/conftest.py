@@ -84,10 +84,17 @@ _quiet = False
 
 @pytest.fixture(autouse=True)
 def _timed_tests_run_alone(request):
-    """Before the first test that times something: the stages beside have ended (see above)."""
+    """Before the first fleet test that times something: the stages beside have ended (see above). Only the
+    fleet's own (lab) tests wait: this folder's unit tests run in test-app, a stage waited for."""
     global _quiet
     here = Path(__file__).parent
-    if not _quiet and request.node.path.is_relative_to(here) and request.node.path.name not in UNTIMED_FIRST:
+    node = request.node
+    if (
+        not _quiet
+        and node.get_closest_marker("lab") is not None
+        and node.path.is_relative_to(here)
+        and node.path.name not in UNTIMED_FIRST
+    ):
         wait_for_stages_beside()
         _quiet = True
 
