@@ -2,7 +2,7 @@
 # Debian packages that `make test` and `make demo` need on the controller. Idempotent.
 #   scripts/install-system-deps.sh            the base set
 #   scripts/install-system-deps.sh browser    plus a headless browser for make test-web (~380 MB)
-#   scripts/install-system-deps.sh bench      plus poppler and Tesseract 5 for make bench's development set
+#   scripts/install-system-deps.sh bench      plus Tesseract 5 for make bench's development set
 set -euo pipefail
 
 pkgs=(
