@@ -5,7 +5,8 @@ the cache (`OCRFLEET_DEVSET_CACHE`, default /var/cache/ocrfleet/devset): a PyPI 
 `pip download --no-deps --no-binary :all:`, a Debian package with `apt-get download`. A PDF page is rendered
 with poppler's pdftoppm and degraded like a scan (skew, blur, noise, JPEG at quality 75; the seed is the
 page's name); its ground truth is its text layer (pdftotext: `raw`, the content's order, column by column, or
-`layout`, rows left to right). A scan ships as an image with its text.
+`layout`, rows left to right; or `order`, the regions a reader reads one after another, each line by line as
+printed). A scan ships as an image with its text.
 
     python -m bench.devset              # build the set and list it (pages, kinds, words of ground truth)
 
@@ -163,6 +164,28 @@ def degrade(image: Image.Image, seed: str) -> Image.Image:
     return Image.open(io.BytesIO(buf.getvalue())).convert("RGB")
 
 
+def _pdftotext(pdf: Path, page: int, layout: bool, box: list[int] | None = None) -> str:
+    mode = ["-layout"] if layout else []
+    crop = []
+    if box is not None:  # x0, y0, x1, y1 in points (pdftotext's 72 dpi pixels), from the page's top left
+        x0, y0, x1, y1 = box
+        crop = ["-x", str(x0), "-y", str(y0), "-W", str(x1 - x0), "-H", str(y1 - y0)]
+    n = str(page)
+    return subprocess.run(
+        [_tool("pdftotext"), "-q", "-enc", "UTF-8", *mode, *crop, "-f", n, "-l", n, str(pdf), "-"],
+        capture_output=True, check=True, text=True,
+    ).stdout  # fmt: skip
+
+
+def page_text(pdf: Path, page: int, spec: dict) -> str:
+    """A PDF page's ground truth. With `order`, the regions a reader reads one after another, each cut out
+    by pdftotext line by line as printed (`-layout`: a table row by row, a word broken at a line's end
+    with its hyphen, as the image shows it); else the whole page in `truth_mode`."""
+    if "order" in spec:
+        return "\n".join(_pdftotext(pdf, page, True, box) for box in spec["order"])
+    return _pdftotext(pdf, page, spec.get("truth_mode", "raw") == "layout")
+
+
 def build_page(spec: dict, sources: dict, cache: Path = CACHE) -> DevPage:
     src = sources[spec["source"]]
     if "image" in spec:
@@ -171,11 +194,7 @@ def build_page(spec: dict, sources: dict, cache: Path = CACHE) -> DevPage:
     else:
         pdf = _member(spec["source"], src, spec["file"], cache)
         n = str(spec["page"])
-        mode = ["-layout"] if spec.get("truth_mode", "raw") == "layout" else []
-        text = subprocess.run(
-            [_tool("pdftotext"), "-q", "-enc", "UTF-8", *mode, "-f", n, "-l", n, str(pdf), "-"],
-            capture_output=True, check=True, text=True,
-        ).stdout  # fmt: skip
+        text = page_text(pdf, int(n), spec)
         png = subprocess.run(
             [_tool("pdftoppm"), "-q", "-f", n, "-l", n, "-r", str(DPI), "-gray", "-png", str(pdf)],
             capture_output=True, check=True,

@@ -7,7 +7,7 @@ import re
 
 from PIL import Image, ImageDraw
 
-from bench.devset import bag_of_words_error, degrade, flat, manifest
+from bench.devset import bag_of_words_error, degrade, flat, manifest, page_text
 
 KINDS = {"multi-column", "single", "rotated", "table-ruled", "table-unruled", "form", "receipt", "invoice"}
 
@@ -26,7 +26,28 @@ def test_manifest_pins_every_source_and_describes_every_page() -> None:
         assert p["licence"], p["name"]
         assert ("file" in p and p["page"] >= 1) or ("image" in p and "truth" in p), p["name"]
         assert p.get("truth_mode", "raw") in {"raw", "layout"}, p["name"]
+        for box in p.get("order", []):  # regions in points on a page no larger than A3
+            assert len(box) == 4 and 0 <= box[0] < box[2] <= 842 and 0 <= box[1] < box[3] <= 1191, p["name"]
     assert sum(p["kind"] == "multi-column" for p in m["pages"]) >= 3
+    assert all("order" in p for p in m["pages"] if p["kind"] == "multi-column")
+
+
+def test_a_page_s_truth_follows_the_reader_s_order(tmp_path) -> None:
+    """Two columns cut out by region, in the order given, each line as printed (a hyphen at a line's end
+    kept); without an order, poppler's own. The PDF is written by fpdf2, the text read back by pdftotext."""
+    from fpdf import FPDF
+
+    pdf = FPDF(unit="pt", format="letter")
+    pdf.add_page()
+    pdf.set_font("helvetica", size=11)
+    for x, y, text in [(60, 100, "left one"), (60, 300, "left two con-"), (60, 314, "tinued"), (340, 100, "right one")]:
+        pdf.text(x, y, text)
+    path = tmp_path / "two.pdf"
+    pdf.output(str(path))
+    left, right = [40, 60, 306, 700], [306, 60, 580, 700]
+    assert flat(page_text(path, 1, {"order": [left, right]})) == "left one left two con- tinued right one"
+    assert flat(page_text(path, 1, {"order": [right, left]})) == "right one left one left two con- tinued"
+    assert "right one" in flat(page_text(path, 1, {}))
 
 
 def test_bag_of_words_error_ignores_order_case_and_punctuation() -> None:
