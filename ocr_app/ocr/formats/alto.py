@@ -29,10 +29,10 @@ def _position(box: Box | None) -> dict[str, str]:
     return {"HPOS": str(x0), "VPOS": str(y0), "WIDTH": str(x1 - x0), "HEIGHT": str(y1 - y0)}
 
 
-class Writer(parts.Writer):
+class Writer(parts.XmlWriter):
     """The head (Description, the Layout opened), a `Page` per page, the tail."""
 
-    def head(self) -> bytes:
+    def document(self) -> tuple[ET.Element, ET.Element]:
         # Unqualified names in the default namespace, declared on the root; xsi's prefix is ElementTree's.
         alto = element(None, "alto", xmlns=ALTO, **{f"{{{XSI}}}schemaLocation": SCHEMA_LOCATION})
         description = element(alto, "Description")
@@ -41,22 +41,10 @@ class Writer(parts.Writer):
         step = element(element(processing, "ocrProcessingStep"), "processingSoftware")
         element(step, "softwareName").text = f"ocrfleet ({self.engine}: {self.model})"
         element(step, "softwareVersion").text = __version__
-        element(alto, "Layout").text = _PAGES  # the pages go where the mark is
-        doc: bytes = ET.tostring(alto, encoding="utf-8", xml_declaration=False)
-        return b'<?xml version="1.0" encoding="UTF-8"?>\n' + doc[: doc.index(_PAGES.encode())]
+        return alto, element(alto, "Layout")
 
-    def body(self, page: Page) -> bytes:
-        layout = element(None, "Layout")
-        _page(layout, page)
-        out: bytes = ET.tostring(layout[0], encoding="utf-8", xml_declaration=False)
-        return out
-
-    def tail(self) -> bytes:
-        return b"</Layout></alto>\n"
-
-
-# Where the pages go in the head's serialisation: text that the serialiser leaves as it is.
-_PAGES = "@@ocr-pages@@"
+    def page_element(self, parent: ET.Element, page: Page) -> None:
+        _page(parent, page)
 
 
 def render(response: OcrResponse) -> bytes:

@@ -27,10 +27,12 @@ def _bbox(box: Box) -> str:
     return "bbox {} {} {} {}".format(*box)
 
 
-class Writer(parts.Writer):
+class Writer(parts.XmlWriter):
     """The head (`ocr-number-of-pages`: `count`), an `ocr_page` per page, the tail."""
 
-    def head(self) -> bytes:
+    prologue = PROLOGUE
+
+    def document(self) -> tuple[ET.Element, ET.Element]:
         html = element(None, "html", xmlns=XHTML)
         head = element(html, "head")
         element(head, "title").text = "OCR result"
@@ -40,23 +42,13 @@ class Writer(parts.Writer):
         element(head, "meta", name="ocr-capabilities", content=CAPABILITIES)
         element(head, "meta", name="ocr-number-of-pages", content=str(self.count))
         body = element(html, "body")
-        body.text = "\n" + _PAGES  # never empty, a page never either; the pages go where the mark is
-        # Only <meta/> is ever empty: an HTML parser reads <div/> as an opening tag, and </meta> as an error.
-        doc: bytes = ET.tostring(html, encoding="utf-8", xml_declaration=False)
-        return PROLOGUE + doc[: doc.index(_PAGES.encode())]
+        # Never empty, a page never either: only <meta/> is ever empty, since an HTML parser reads <div/> as
+        # an opening tag, and </meta> as an error.
+        body.text = "\n"
+        return html, body
 
-    def body(self, page: Page) -> bytes:
-        holder = element(None, "body")
-        _page(holder, page)
-        out: bytes = ET.tostring(holder[0], encoding="utf-8", xml_declaration=False)  # with its tail
-        return out
-
-    def tail(self) -> bytes:
-        return b"</body></html>\n"
-
-
-# Where the pages go in the head's serialisation: text that the serialiser leaves as it is.
-_PAGES = "@@ocr-pages@@"
+    def page_element(self, parent: ET.Element, page: Page) -> None:
+        _page(parent, page)
 
 
 def render(response: OcrResponse) -> bytes:

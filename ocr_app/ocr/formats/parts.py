@@ -4,6 +4,7 @@ so that a job of any length is rendered in bounded memory. One implementation fo
 
 from __future__ import annotations
 
+import xml.etree.ElementTree as ET
 from collections.abc import Iterable
 
 from ...schemas import OcrResponse, Page
@@ -39,6 +40,45 @@ class Writer:
 
     def render(self, pages: Iterable[Page]) -> bytes:
         return self.head() + b"".join(self.page(p) for p in pages) + self.tail()
+
+
+class XmlWriter(Writer):
+    """An XML format's parts (hOCR, ALTO). document() builds the document without its pages and says which
+    element holds them; it is serialised once with a mark there and cut at the mark into the head and the
+    tail. Each page is built by page_element() under a throw-away parent and serialised alone (with its
+    tail), so a page's markup is the same whichever way the document is assembled."""
+
+    prologue = b'<?xml version="1.0" encoding="UTF-8"?>\n'
+
+    def document(self) -> tuple[ET.Element, ET.Element]:
+        """(the root, the element the pages go in, which may hold text before them)."""
+        raise NotImplementedError
+
+    def page_element(self, parent: ET.Element, page: Page) -> None:
+        """The page's element, appended to `parent`."""
+        raise NotImplementedError
+
+    def _halves(self) -> tuple[bytes, bytes]:
+        root, pages = self.document()
+        pages.text = (pages.text or "") + _PAGES  # text the serialiser leaves as it is
+        doc = ET.tostring(root, encoding="utf-8", xml_declaration=False)
+        at = doc.index(_PAGES.encode())
+        return doc[:at], doc[at + len(_PAGES) :]
+
+    def head(self) -> bytes:
+        return self.prologue + self._halves()[0]
+
+    def tail(self) -> bytes:
+        return self._halves()[1] + b"\n"
+
+    def body(self, page: Page) -> bytes:
+        holder = ET.Element("pages")
+        self.page_element(holder, page)
+        out: bytes = ET.tostring(holder[0], encoding="utf-8", xml_declaration=False)
+        return out
+
+
+_PAGES = "@@ocr-pages@@"  # where the pages go in the serialised document
 
 
 def render(writer: type[Writer], response: OcrResponse) -> bytes:
