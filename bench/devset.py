@@ -139,6 +139,11 @@ def _member(source: str, src: dict, path: str, cache: Path) -> Path:
     return out
 
 
+def source_file(source: str, path: str, cache: Path = CACHE) -> Path:
+    """One file of a manifest's source (fetched and cached the first time), for the tests that read it."""
+    return _member(source, manifest()["sources"][source], path, cache)
+
+
 def _tool(name: str) -> str:
     found = shutil.which(name)
     if not found:

@@ -16,6 +16,7 @@ from hocr_spec import HocrValidator
 from lxml import etree
 from PIL import Image, ImageDraw
 
+from ocr_app.documents.upload import PDF_TYPE, RASTER_TYPES, SUPPORTED_TYPES
 from ocr_app.ocr import formats
 from ocr_app.ocr.formats import geometry, markdown
 from ocr_app.ocr.formats.negotiate import from_accept, parse_accept
@@ -128,8 +129,11 @@ def test_a_tables_cells_in_json_are_the_text_it_was_drawn_with(answers):
 
 
 def test_hocr_validates_and_reads_back_as_the_json(answers, tmp_path):
-    body = answers["json"].json()
-    r = answers["hocr"]
+    check_hocr(answers["json"].json(), answers["hocr"], tmp_path)
+
+
+def check_hocr(body: dict, r, tmp_path: Path) -> None:
+    """hOCR valid by hocr-spec's validator, and its pages, lines and words (boxes, confidences) the JSON's."""
     assert r.headers["content-type"] == "application/xhtml+xml; charset=utf-8"
     path = tmp_path / "out.hocr"
     path.write_bytes(r.content)
@@ -194,8 +198,11 @@ def props(el) -> dict[str, list[int]]:
 
 
 def test_alto_reads_back_with_the_same_words_and_confidences(answers, tmp_path):
-    body = answers["json"].json()
-    r = answers["alto"]
+    check_alto(answers["json"].json(), answers["alto"], tmp_path)
+
+
+def check_alto(body: dict, r, tmp_path: Path) -> None:
+    """ALTO read back by alto-tools (words, mean confidence) as the JSON's, its strings inside their pages."""
     assert r.headers["content-type"] == "application/alto+xml; charset=utf-8"
     path = tmp_path / "out.xml"
     path.write_bytes(r.content)
@@ -435,3 +442,91 @@ def test_estimated_word_boxes_share_the_line_by_characters():
     # A box at the page's edge stays inside it, at least a pixel wide.
     edge = geometry.pixel_box((0.9999, 0.0, 1.0, 1.0), p)
     assert edge == (999, 0, 1000, 100)
+
+
+# --- every accepted type through every format ------------------------------------------------------------
+
+WORDS = ["Harbour", "Road"]  # what tiny_page shows
+
+
+@pytest.fixture(scope="module")
+def tiny_page() -> Image.Image:
+    return render([" ".join(WORDS)], size=32, width=400).image
+
+
+@pytest.mark.skipif(not shutil.which("pdftotext") or not shutil.which("qpdf"), reason="poppler-utils, qpdf")
+@pytest.mark.parametrize("content_type", list(SUPPORTED_TYPES))
+def test_every_accepted_type_goes_through_every_format(server, tiny_page, content_type, tmp_path):
+    """The drawn words back from each format, each read by its own reader: JSON, text and Markdown as text,
+    hOCR's words and ALTO's strings with lxml (boxes inside the page), the PDF with qpdf and pdftotext."""
+    if content_type == PDF_TYPE:
+        data = pdf([tiny_page], dpi=200)
+    else:
+        data = encode(tiny_page.convert("RGB"), RASTER_TYPES[content_type])
+    got = {}
+    for fmt in FORMAT_NAMES.split(", "):
+        r = server.ocr(data, content_type, params={"format": fmt})
+        assert r.status_code == 200, (fmt, r.text[:300])
+        got[fmt] = r
+    [page] = got["json"].json()["pages"]
+    w, h = page["width"], page["height"]
+    assert page["text"].split() == WORDS
+    assert got["text"].text.split() == WORDS
+    assert got["markdown"].text.split() == WORDS
+    # Each word's box in pixels, as the JSON gives it (0-1 of the page), give or take rounding.
+    json_boxes = [[b * (w, h)[i % 2] for i, b in enumerate(x["bbox"])] for x in page["lines"][0]["words"]]
+    hocr = etree.fromstring(got["hocr"].content)
+    words = hocr.xpath("//*[@class='ocrx_word']")
+    assert [x.text for x in words] == WORDS
+    for x, want in zip(words, json_boxes, strict=True):
+        box = [int(v) for v in x.get("title").split(";")[0].split()[1:]]
+        assert 0 <= box[0] < box[2] <= w and 0 <= box[1] < box[3] <= h, box
+        assert all(abs(a - b) <= 1 for a, b in zip(box, want, strict=True)), (box, want)
+    strings = etree.fromstring(got["alto"].content).xpath("//a:String", namespaces=ALTO_NS)
+    assert [s.get("CONTENT") for s in strings] == WORDS
+    for s, want in zip(strings, json_boxes, strict=True):
+        x, y, sw, sh = (int(s.get(k)) for k in ("HPOS", "VPOS", "WIDTH", "HEIGHT"))
+        assert x >= 0 and x + sw <= w and y >= 0 and y + sh <= h, s.attrib
+        assert all(abs(a - b) <= 1 for a, b in zip((x, y, x + sw, y + sh), want, strict=True)), (
+            s.attrib,
+            want,
+        )
+    out = tmp_path / "out.pdf"
+    out.write_bytes(got["pdf"].content)
+    check = subprocess.run(["qpdf", "--check", str(out)], capture_output=True, text=True)
+    assert check.returncode == 0, check.stdout + check.stderr
+    pages = subprocess.run(["qpdf", "--show-npages", str(out)], capture_output=True, text=True, check=True)
+    assert int(pages.stdout) == 1
+    text = subprocess.run(["pdftotext", str(out), "-"], capture_output=True, text=True, check=True).stdout
+    assert text.split() == WORDS
+
+
+def test_a_real_scan_goes_through_every_format(server, tmp_path):
+    """OCRmyPDF's real scan (its test resource linn.png, from its pinned sdist as the development set takes
+    it), its top fifth: the formats with boxes read back as the JSON by their own readers, the searchable
+    PDF's pdftotext within half a point of character error rate of the JSON's text. (Text and Markdown of
+    every accepted type: above.)"""
+    import jiwer
+
+    from bench.devset import source_file
+
+    scan = Image.open(source_file("ocrmypdf", "tests/resources/linn.png"))
+    crop = scan.crop((0, 0, scan.width, 636))  # the title, a paragraph and two bullets: no line cut
+    data = encode(crop.convert("RGB"), "PNG")
+    got = {}
+    for fmt in ("json", "hocr", "alto", "pdf"):
+        r = server.ocr(data, "image/png", params={"format": fmt})
+        assert r.status_code == 200, (fmt, r.text[:300])
+        got[fmt] = r
+    body = got["json"].json()
+    [page] = body["pages"]
+    assert len(page["text"].split()) > 20, page["text"]  # a real paragraph's worth of words
+    check_hocr(body, got["hocr"], tmp_path)
+    check_alto(body, got["alto"], tmp_path)
+    out = tmp_path / "out.pdf"
+    out.write_bytes(got["pdf"].content)
+    assert subprocess.run(["qpdf", "--check", str(out)], capture_output=True).returncode == 0
+    text = subprocess.run(["pdftotext", str(out), "-"], capture_output=True, text=True, check=True).stdout
+    flat = " ".join(page["text"].split())
+    assert jiwer.cer(flat, " ".join(text.split())) <= 0.005, text
+    assert len(got["pdf"].content) <= 1.1 * len(data) + 64 * 1024

@@ -81,6 +81,13 @@ def test_hocr_and_alto_hold_each_line_with_its_box_on_its_page(answers):
         text_lines = list(ap.iter(f"{ALTO}TextLine"))
         got = [" ".join(s.get("CONTENT") for s in tl.iter(f"{ALTO}String")) for tl in text_lines]
         assert got == lines_of(v)
+        for tl, json_line in zip(text_lines, p["lines"], strict=True):
+            x, y, tw, th = (int(tl.get(k)) for k in ("HPOS", "VPOS", "WIDTH", "HEIGHT"))
+            want = [b * (w, h)[i % 2] for i, b in enumerate(json_line["bbox"])]
+            assert all(abs(a - b) <= 1 for a, b in zip((x, y, x + tw, y + th), want, strict=True)), (
+                tl.attrib,
+                want,
+            )
         for s in ap.iter(f"{ALTO}String"):
             x, y, sw, sh = (int(s.get(k)) for k in ("HPOS", "VPOS", "WIDTH", "HEIGHT"))
             assert x >= 0 and x + sw <= w and y >= 0 and y + sh <= h, s.attrib
