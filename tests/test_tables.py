@@ -157,6 +157,32 @@ def test_a_headnote_and_footnotes_are_blocks_of_their_own():
     assert [b.type for b in page_layout(boxes, 2000.0)] == ["text", "table"]
 
 
+def two_tables(note_width: float) -> list:
+    """page_layout's blocks of two tables set one under the other with a note between them, a row of one
+    line `note_width` of 500 wide, at the rows' spacing: a 4-column table over a 2-column one whose wide
+    second cells cross the first one's separators."""
+    boxes = []
+    for r in range(4):
+        boxes += [box(0, r * 30, 60), box(150, r * 30, 200), box(300, r * 30, 350), box(450, r * 30, 500)]
+    boxes.append(box(0, 120, note_width))
+    for r in range(4):
+        boxes += [box(0, 150 + r * 30, 100), box(250, 150 + r * 30, 500)]
+    return page_layout(boxes, 2000.0)
+
+
+def test_a_note_between_two_tables_parts_them():
+    # At WIDE_SHARE of the width the note parts the block: each table on its own grid. One unit under, the
+    # note is a row of the one table, whose wide cells then cross the first table's separators.
+    blocks = two_tables(250)
+    assert [(b.type, b.table.columns if b.table else None) for b in blocks] == [
+        ("table", 4),
+        ("text", None),
+        ("table", 2),
+    ]
+    assert blocks[1].lines == [16]
+    assert [b.type for b in two_tables(249)] == ["table"]
+
+
 def test_marks_in_a_gap_do_not_split_it():
     # An 11-unit mark (under NOISE_MAX_WIDTH h) in the middle of the gap on every row, as a dotted vertical
     # rule gives: still one separator, two columns; the mark joins the column nearest its middle.

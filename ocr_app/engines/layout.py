@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .tables import Table, detached, table_cells, wide_margins
+from .tables import Table, detached, table_cells, wide_runs
 
 Box = tuple[float, float, float, float]
 Span = tuple[float, float, int]  # x0, x1, lines: an interval of the x-axis that lines cover
@@ -341,25 +341,32 @@ def page_layout(boxes: list[Box], page_height: float = 1.0, upright: list[Box] |
         )
         return Block(kind, bbox, ids)
 
+    def table_like(rows: list[list[int]]) -> bool:
+        return len(rows) >= TABLE_MIN_ROWS and sum(cells(r) > 1 for r in rows) >= TABLE_CELL_SHARE * len(rows)
+
     out: list[Block] = []
     for group in groups:
         rows = line_rows(boxes, group)
-        if len(rows) >= TABLE_MIN_ROWS and sum(cells(r) > 1 for r in rows) >= TABLE_CELL_SHARE * len(rows):
-            notes_above, body, notes_below = wide_margins(boxes, group)
-            if notes_above:  # a headnote over the table: a paragraph of its own
-                out.append(block("text", notes_above))
-            found = table_cells(boxes, body)
-            head, tail = detached(boxes, found)
-            if head or tail:  # a title over the table, a page number under it: blocks of their own
-                rows_of = [[i for c in found.cells if c.row == r for i in c.lines] for r in range(found.rows)]
-                out += [block("text", [row]) for row in rows_of[:head]]
-                found = table_cells(boxes, [i for row in rows_of[head : found.rows - tail] for i in row])
-            out.append(block("table", [found.order()]))
-            out[-1].table = found
-            if tail:
-                out += [block("text", [row]) for row in rows_of[found.rows + head :]]
-            if notes_below:  # its footnotes
-                out.append(block("text", notes_below))
+        if table_like(rows):
+            # Its wide rows (notes over, under or between tables) part it; a part of a table's rows is one.
+            for wide, run in wide_runs(boxes, group):
+                ids = [i for row in run for i in row]
+                if wide or not table_like(line_rows(boxes, ids)):
+                    titled = not wide and len(run) <= TITLE_MAX_ROWS and all(tall(r) for r in run)
+                    out.append(block("title" if titled else "text", run))
+                    continue
+                found = table_cells(boxes, ids)
+                head, tail = detached(boxes, found)
+                if head or tail:  # a title over the table, a page number under it: blocks of their own
+                    rows_of = [
+                        [i for c in found.cells if c.row == r for i in c.lines] for r in range(found.rows)
+                    ]
+                    out += [block("text", [row]) for row in rows_of[:head]]
+                    found = table_cells(boxes, [i for row in rows_of[head : found.rows - tail] for i in row])
+                out.append(block("table", [found.order()]))
+                out[-1].table = found
+                if tail:
+                    out += [block("text", [row]) for row in rows_of[found.rows + head :]]
             continue
         tops = [min(boxes[i][1] for i in r) for r in rows]
         bottoms = [max(boxes[i][3] for i in r) for r in rows]

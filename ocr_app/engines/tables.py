@@ -33,10 +33,12 @@ ROW_GAP = 0.5
 # DETACHED_MIN h more than it) is not the table's: a title over it, a note or a page number under it.
 DETACHED = 2.0
 DETACHED_MIN = 0.4
-# The first or last rows of a table block that are one line each, at least WIDE_SHARE of the block's width
-# (a headnote over the table, its footnotes: prose run across the columns), are not the table's; counted as
-# rows, they would cross every separator (SPAN_SHARE). At least MIN_BODY_ROWS rows stay the table's.
+# The rows of a table block that are one line each, at least WIDE_SHARE of the block's width (a headnote over
+# the table, its footnotes, the notes between two tables set one under the other: prose run across the
+# columns), are not a table's; counted as rows, they would cross every separator (SPAN_SHARE), and two tables
+# with their own columns would be read on one grid. They part the block (layout.page_layout).
 WIDE_SHARE = 0.5
+# The columns are placed by the rows with cells side by side where there are at least MIN_BODY_ROWS of them.
 MIN_BODY_ROWS = 3
 SEPARATOR_MIN = 0.3
 SPAN_SHARE = 0.15
@@ -105,29 +107,28 @@ def table_cells(boxes: Sequence[Box], ids: Sequence[int]) -> Table:
     return Table(len(rows), len(starts) + 1, cells)
 
 
-def wide_margins(
-    boxes: Sequence[Box], ids: Sequence[int]
-) -> tuple[list[list[int]], list[int], list[list[int]]]:
-    """The block's leading rows of one wide line each (WIDE_SHARE), its other boxes, and its trailing rows of
-    one wide line each: (head rows, body, tail rows), each row a list of indices into `boxes`."""
+def wide_runs(boxes: Sequence[Box], ids: Sequence[int]) -> list[tuple[bool, list[list[int]]]]:
+    """The block's rows top to bottom in runs, as (wide, rows): rows of one wide line each (WIDE_SHARE of the
+    block's width: a headnote over a table, its footnotes, the notes between two tables, prose run across the
+    columns), and runs of the others (a table's rows; a title between two tables). Each row is a list of
+    indices into `boxes`, left to right."""
     if not ids:
-        return [], [], []
+        return []
     b = np.asarray([boxes[i] for i in ids], dtype=np.float64).reshape(-1, 4)
     h = float(np.median(b[:, 3] - b[:, 1]))
-    rows = [[ids[k] for k in row] for row in _rows((b[:, 1] + b[:, 3]) / 2, h if h > 0 else 1.0)]
+    rows = [
+        sorted((ids[k] for k in row), key=lambda i: boxes[i][0])
+        for row in _rows((b[:, 1] + b[:, 3]) / 2, h if h > 0 else 1.0)
+    ]
     left, right = float(b[:, 0].min()), float(b[:, 2].max())
-
-    def wide(row: list[int]) -> bool:
-        return len(row) == 1 and boxes[row[0]][2] - boxes[row[0]][0] >= WIDE_SHARE * (right - left)
-
-    head = 0
-    while head < len(rows) - MIN_BODY_ROWS and wide(rows[head]):
-        head += 1
-    tail = 0
-    while tail < len(rows) - MIN_BODY_ROWS - head and wide(rows[-1 - tail]):
-        tail += 1
-    body = [i for row in rows[head : len(rows) - tail] for i in row]
-    return rows[:head], body, rows[len(rows) - tail :]
+    out: list[tuple[bool, list[list[int]]]] = []
+    for row in rows:
+        wide = len(row) == 1 and boxes[row[0]][2] - boxes[row[0]][0] >= WIDE_SHARE * (right - left)
+        if out and out[-1][0] == wide:
+            out[-1][1].append(row)
+        else:
+            out.append((wide, [row]))
+    return out
 
 
 def detached(boxes: Sequence[Box], table: Table) -> tuple[int, int]:
