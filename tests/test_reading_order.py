@@ -12,7 +12,7 @@ import jiwer
 import pytest
 
 from ocr_app.documents.image import PageImage
-from ocr_app.engines.layout import page_layout, reading_order, row_order
+from ocr_app.engines.layout import HEAD_GAP, page_layout, reading_order, row_order
 from ocr_app.engines.rapidocr.engine import RapidOcrEngine
 
 from .docs import ARTICLE, TABLE, layout_pages, photo_like, render_columns
@@ -62,6 +62,22 @@ def test_header_two_columns_of_unequal_length_and_footer():
     footer = [line(50, 420, 830), line(430, 450, 60)]  # a full-width note and a page number
     boxes = header + left + right + footer
     assert ordered(shuffled(boxes)) == boxes
+
+
+def running_heads(gap: float) -> list[tuple]:
+    """A left and a right running head (one row, each over its column) `gap` above two columns, read."""
+    heads = [line(50, 20, 250), line(780, 20, 100)]  # "Journal title" ... "Author et al."
+    left, right = column(50, 20 + H + gap, PARAGRAPH), column(480, 20 + H + gap, PARAGRAPH[::-1])
+    return ordered(shuffled(heads + left + right)), heads + left + right, heads[:1] + left + heads[1:] + right
+
+
+def test_running_heads_over_columns_are_read_first():
+    # HEAD_GAP h of blank under the heads: they are read first, the row left to right; a unit less and each
+    # is read with the column it lies over (the lines of a column are 10 apart: half a line height).
+    got, heads_first, with_columns = running_heads(HEAD_GAP * H)
+    assert got == heads_first
+    got, heads_first, with_columns = running_heads(HEAD_GAP * H - 1)
+    assert got == with_columns
 
 
 def test_a_spanning_line_between_two_column_runs_stays_where_it_stands():

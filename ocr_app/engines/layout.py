@@ -46,6 +46,11 @@ COLUMN_MIN_FILL = 0.7
 NOISE_MAX_WIDTH = 0.6
 NOISE_MAX_HEIGHT = 0.4
 MAX_DEPTH = 64  # cuts within cuts
+# A running head over columns: the block's top band (its first line or the pieces of one, the left and right
+# running heads) standing at least HEAD_GAP h above everything under it, which still has a gutter, is read
+# first, as rows; cut with the columns, its pieces would be read with the column each lies over. Between a
+# column's lines there is a fraction of h; the blank under a running head is a line or more.
+HEAD_GAP = 1.0
 
 
 def reading_order(boxes: list[Box]) -> list[int]:
@@ -189,6 +194,20 @@ def reading_groups(boxes: list[Box]) -> list[list[int]]:
         order = ids.tolist()
         return [order[a:b] for a, b in zip(starts.tolist(), ends.tolist(), strict=True)], stacked
 
+    def running_head(block: list[int]) -> list[int]:
+        """The block's top band if it is one row HEAD_GAP h above the rest (see HEAD_GAP), else []."""
+        ids = np.asarray(block)
+        ids = ids[np.argsort(y0s[ids], kind="stable")]
+        bottom = np.maximum.accumulate(y1s[ids])
+        starts = np.flatnonzero(np.r_[False, y0s[ids][1:] >= bottom[:-1]])
+        if not len(starts):
+            return []
+        end = int(starts[0])
+        head = ids[:end].tolist()
+        if y0s[ids[end]] - bottom[end - 1] < HEAD_GAP * h or len(line_rows(boxes, head)) != 1:
+            return []
+        return head
+
     def rows_of(block: list[int]) -> list[list[int]]:
         return [row_order(boxes, block)] if block else []
 
@@ -197,6 +216,11 @@ def reading_groups(boxes: list[Box]) -> list[list[int]]:
             return rows_of(block)
         cut = column_cut(block)
         if cut is not None:
+            head = running_head(block)
+            if head:
+                rest = [i for i in block if i not in set(head)]
+                if column_cut(rest) is not None:
+                    return rows_of(head) + order(rest, depth + 1)
             left = [i for i in block if boxes[i][0] + boxes[i][2] < 2 * cut]
             right = [i for i in block if boxes[i][0] + boxes[i][2] >= 2 * cut]
             return order(left, depth + 1) + order(right, depth + 1)
