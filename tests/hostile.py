@@ -9,8 +9,6 @@ import zlib
 
 from PIL import Image
 
-from .docs import encode, png_bomb, render  # noqa: F401  (png_bomb: re-exported for the corpus)
-
 MiB = 1024 * 1024
 INCH = 72  # PDF points
 

@@ -9,7 +9,9 @@ STALL_CONTROL naming a directory. On each request, recognize() looks there:
 - `trickle` (a number of seconds): each page takes that long (a slow engine that still makes progress);
 - `hold_interactive`: an interactive request's pages wait while the file exists (a bulk job's go on);
 - `wedge_after` (a number N): once the engine has read N pages (`ocr_engine_pages_total`), each further
-  page waits while the file exists (page N + 1 is then in flight, and stays so).
+  page waits while the file exists (page N + 1 is then in flight, and stays so);
+- `hold_width` (a number W): a page W pixels wide as sent waits while the file exists (one job held
+  running, the others read).
 
 Otherwise every page reads back the self-test text at once.
 
@@ -18,18 +20,27 @@ each lookup; a name not in it does not resolve) instead of the system's resolver
 RESOLVER, what a document URL's or a webhook's host is looked up with. Each lookup is appended to the file
 + ".log".
 
+With env STALL_LOOPBACK_ONLY set, what the app fetches for a client (a document URL, an image URL, a webhook)
+never leaves the machine: httpcore's network backend, which the request-forgery guard connects with once it
+has checked the address, fails a connection to any address but loopback as an unreachable one (ConnectError)
+before any socket is opened; a public address the guard lets through gets the app's fetch failure.
+
 Everything else (settings, the CLI, the HTTP app, the decode pool) is the app's own: only the class behind
-`engine: rapidocr` and the resolver are replaced, in this process, so nothing of it can reach a release.
+`engine: rapidocr`, the resolver and (STALL_LOOPBACK_ONLY) httpcore's connect are replaced, in this process,
+so nothing of it can reach a release.
 """
 
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import json
 import os
 import sys
 import time
 from pathlib import Path
+
+import httpcore
 
 import ocr_app.egress
 import ocr_app.engines.rapidocr.engine
@@ -61,8 +72,11 @@ class StallEngine(Engine):
         per_page = float(trickle.read_text()) if trickle.exists() else 0.0
         out = []
         wedge_after = self.control / "wedge_after"
-        for _ in pages:
+        hold_width = self.control / "hold_width"
+        for page in pages:
             await asyncio.sleep(per_page)
+            while hold_width.exists() and page.width == int(hold_width.read_text() or 0):  # noqa: ASYNC110
+                await asyncio.sleep(0.05)
             while wedge_after.exists() and self.pages_done >= int(wedge_after.read_text() or 0):  # noqa: ASYNC110
                 await asyncio.sleep(0.05)
             out.append(EnginePage(lines=[EngineLine(SELF_TEST_TEXT, None, 1.0)]))
@@ -90,6 +104,28 @@ async def hosts_file_resolver(host: str, port: int) -> list[str]:
 
 if os.environ.get("STALL_HOSTS"):
     ocr_app.egress.RESOLVER = hosts_file_resolver
+
+
+def _loopback(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host.strip("[]").split("%", 1)[0]).is_loopback
+    except ValueError:  # a name: the guard resolved it already, so no connection is made to a name
+        return False
+
+
+_CONNECT_TCP = httpcore.AnyIOBackend.connect_tcp
+
+
+async def _loopback_connect_tcp(self, host: str, port: int, *args, **kwargs) -> httpcore.AsyncNetworkStream:
+    if not _loopback(host):
+        raise httpcore.ConnectError(f"{host}: only loopback is reached here (STALL_LOOPBACK_ONLY)")
+    return await _CONNECT_TCP(self, host, port, *args, **kwargs)
+
+
+if os.environ.get(
+    "STALL_LOOPBACK_ONLY"
+):  # httpcore's backend: what the guard (ocr_app/egress.py) connects with
+    httpcore.AnyIOBackend.connect_tcp = _loopback_connect_tcp  # type: ignore[method-assign]
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -4,6 +4,7 @@ against a baseline report (what a release gate runs with the old version's repor
 from __future__ import annotations
 
 import json
+import statistics
 
 import pytest
 
@@ -43,8 +44,25 @@ def test_the_set_is_read_and_measured(server, eval_set, tmp_path):
     assert report["cer"] < 0.05, report  # the CPU engine reads rendered lines nearly perfectly
     assert report["requests"] == 4 and report["failed"] == [] and report["worse"] == []
     latencies = [ms for d in report["documents"] for ms in d["latencies_ms"]]
-    assert report["p50_ms"] == percentile(latencies, 50) and report["p95_ms"] == max(latencies)
+    # Nearest rank: p50 of 4 is the 2nd smallest (the lower median), p95 the 4th (ceil(3.8)).
+    assert report["p50_ms"] == statistics.median_low(latencies) and report["p95_ms"] == max(latencies)
     assert "overall: CER" in r.stdout and "invoice.png" in r.stdout  # the table for people
+
+
+@pytest.mark.parametrize(
+    ("q", "rank"),
+    [(0, 1), (25, 1), (26, 2), (50, 2), (51, 3), (75, 3), (76, 4), (95, 4), (100, 4)],
+)
+def test_a_percentile_is_the_nearest_rank(q, rank):
+    # The rank-th smallest, rank = ceil(q / 100 * n) (at least 1), worked out by hand for n = 4; each step
+    # between two ranks at the step and one point past it.
+    assert percentile([40.0, 10.0, 30.0, 20.0], q) == [10.0, 20.0, 30.0, 40.0][rank - 1]
+
+
+def test_a_percentile_of_twenty_and_of_one():
+    twenty = [float(n) for n in range(20, 0, -1)]  # 20 .. 1: sorted by the function, not here
+    assert [percentile(twenty, q) for q in (5, 6, 50, 90, 95, 96)] == [1.0, 2.0, 10.0, 18.0, 19.0, 20.0]
+    assert percentile([7.0], 0) == percentile([7.0], 50) == percentile([7.0], 100) == 7.0
 
 
 def test_a_worse_reading_fails_the_gate_against_the_baseline(server, eval_set, tmp_path):

@@ -22,6 +22,9 @@ import psycopg
 import pypdfium2 as pdfium
 import pytest
 
+from ocr_app.errors import InvalidParameter
+from ocr_app.jobs.service import last_page_sent
+
 from .docs import TEXTS, pdf, render
 from .server import Server, add_key
 from .test_errors import assert_error
@@ -174,9 +177,23 @@ def test_events_resume_after_last_event_id(jobs_srv):
         resumed = events(c, job_id, last_event_id="2")
         assert [(i, e) for i, e, _ in resumed if e in ("page", "done")] == [("4", "page"), (None, "done")]
         assert [d for i, e, d in resumed if e == "page"] == [d for i, e, d in full if i == "4"]
-        assert_error(
-            c.get(f"/v1/jobs/{job_id}/events", headers={"Last-Event-ID": "x"}), 422, "invalid_parameter"
-        )
+        for not_a_page in ("x", b"\xb2"):  # b"\xb2": "²" in Latin-1, a digit to str.isdigit(), not to int()
+            assert_error(
+                c.get(f"/v1/jobs/{job_id}/events", headers={"Last-Event-ID": not_a_page}),
+                422,
+                "invalid_parameter",
+            )
+
+
+@pytest.mark.parametrize(("header", "page"), [(None, 0), ("", 0), ("0", 0), ("7", 7), (" 12 ", 12)])
+def test_last_event_id_names_the_last_page_sent(header, page):
+    assert last_page_sent(header) == page
+
+
+@pytest.mark.parametrize("header", ["x", " ", "-1", "1.5", "²", "1¹", "٣"])
+def test_a_last_event_id_that_is_not_a_page_number_is_refused(header):
+    with pytest.raises(InvalidParameter):
+        last_page_sent(header)
 
 
 def test_idempotency_key_returns_the_same_job(jobs_srv):

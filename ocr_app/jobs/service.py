@@ -95,6 +95,17 @@ def _job_id(text: str) -> uuid.UUID:
         raise JobNotFound() from None
 
 
+def last_page_sent(last_event_id: str | None) -> int:
+    """The page a Last-Event-ID names (0: none). ASCII digits only: str.isdigit() also takes "²" (the header
+    is read as Latin-1), which int() refuses."""
+    if not last_event_id:
+        return 0
+    value = last_event_id.strip()
+    if not (value.isascii() and value.isdigit()):
+        raise InvalidParameter("Last-Event-ID must be a page number (the id of the last page event)")
+    return int(value)
+
+
 class Jobs:
     def __init__(
         self,
@@ -250,11 +261,7 @@ class Jobs:
         return {"jobs": jobs, "next_cursor": next_cursor}
 
     async def events(self, owner: str, job_id: str, last_event_id: str | None) -> AsyncIterator[str]:
-        after = 0
-        if last_event_id:
-            if not last_event_id.strip().isdigit():
-                raise InvalidParameter("Last-Event-ID must be a page number (the id of the last page event)")
-            after = int(last_event_id)
+        after = last_page_sent(last_event_id)
         jid = _job_id(job_id)
         pages = await self.store.bounded(self.store.pages_of(owner, jid))
         if pages is None:
