@@ -11,6 +11,7 @@ GOAL_JOBS_RATIO = 0.95  # job pages/s / the same pages as synchronous requests: 
 GOAL_JOBS_LATENCY_RATIO = 1.25  # /v1/ocr latency beside a running job / without one
 GOAL_SPIN_CPU_RATIO = 0.8  # CPU per page, ONNX Runtime's threads not spinning / spinning (its default)
 GOAL_LAYOUT_RATIO = 1.2  # per page, orientation and layout on / both off, upright single-column pages
+GOAL_OCRMYPDF_RATIO = 1.5  # #42: searchable PDF pages/s, the service / OCRmyPDF with Tesseract
 GOAL_DEVSET_MULTI_CER = 0.05  # #41: the development set's multi-column pages' CER; and <= Tesseract's
 
 
@@ -117,6 +118,7 @@ def build_rows(res: dict) -> list[tuple[str, str, str, str, str, str, str]]:
                 + ("" if lat["think_ran_throughout"] else "; the job ended first: no verdict"),
             )
         )
+    rows += ocrmypdf_rows(res.get("ocrmypdf"))
     rows += attack_rows(res.get("attack"))
     rows += layout_rows(res.get("layout"))
     rows += devset_rows(res.get("devset"))
@@ -160,6 +162,61 @@ def build_rows(res: dict) -> list[tuple[str, str, str, str, str, str, str]]:
             )
         )
     return rows
+
+
+def ocrmypdf_rows(m: dict | None) -> list[tuple[str, str, str, str, str, str, str]]:
+    """Measurement 10: the service's searchable PDF beside OCRmyPDF's, pages/s, each side's CER."""
+    if not m:
+        return []
+    sides = m["sides"]
+
+    def pps(name: str) -> float | None:
+        return sides.get(name, {}).get("pages_per_s")
+
+    def about(name: str) -> str:
+        s = sides.get(name, {})
+        if "pages_per_s" not in s:
+            return f"no figure: {s.get('error', 'not run')}"[:160]
+        return f"CER {s['cer']:.3f}, {s['pages']} pages, {s['bytes'] / 2**20:.1f} MiB, s {s['seconds']}"
+
+    head = f"{m['pages']} pages {m['dpi']} dpi, {m['cpus']} CPUs"
+    r = m["ratio_service_vs_tesseract"]
+    rows = [
+        (
+            "10 searchable PDF: service / OCRmyPDF+Tesseract  pages/s",
+            fmt(pps("service")),
+            fmt(pps("ocrmypdf_tesseract")),
+            fmt(r, ".2f"),
+            f">= {GOAL_OCRMYPDF_RATIO}",
+            verdict(None if r is None else r >= GOAL_OCRMYPDF_RATIO),
+            f"{head}; ours {about('service')}; Tesseract {about('ocrmypdf_tesseract')}",
+        ),
+        (
+            "10 same: service / OCRmyPDF+ocrmypdf-rapidocr  pages/s",
+            fmt(pps("service")),
+            fmt(pps("ocrmypdf_rapidocr")),
+            fmt(m["ratio_service_vs_rapidocr"], ".2f"),
+            "",
+            "",
+            about("ocrmypdf_rapidocr")
+            + (f"; models {', '.join(m['rapidocr_plugin']['models'])}" if m.get("rapidocr_plugin") else "")
+            + (
+                f"; downloads: {m['rapidocr_plugin']['downloads']}"
+                if m.get("rapidocr_plugin", {}).get("downloads")
+                else ""
+            ),
+        ),
+        (
+            "10 same: OCRmyPDF+fleet plugin / +Tesseract  pages/s",
+            fmt(pps("ocrmypdf_fleet_plugin")),
+            fmt(pps("ocrmypdf_tesseract")),
+            fmt(m["ratio_fleet_plugin_vs_tesseract"], ".2f"),
+            "",
+            "",
+            about("ocrmypdf_fleet_plugin"),
+        ),
+    ]
+    return rows + [("10 note", "", "", "", "", "", note) for note in m["notes"]]
 
 
 def layout_rows(lay: dict | None) -> list[tuple[str, str, str, str, str, str, str]]:

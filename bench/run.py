@@ -17,6 +17,8 @@ unless something crashed.
        sent as single-page synchronous requests by a saturating client, one service: pages/s ratio
     9. the development set (#41, bench/devset.yaml): real pages degraded like scans, the rapidocr engine's
        CER in reading order and bag-of-words error beside Tesseract 5's, per kind and per page
+   10. a searchable PDF from a 20-page 300 dpi scan (#42): the service (format=pdf) beside OCRmyPDF with
+       Tesseract 5, with ocrmypdf-rapidocr and with this package's plugin (the service its engine): pages/s
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ from bench.harness import Config, PassResult, log, ours_pass, pc, ratio, summari
 from bench.healthz import bench_healthz
 from bench.jobs import bench_jobs
 from bench.layout import bench_layout
+from bench.ocrmypdf import bench_ocrmypdf
 from bench.report import print_report
 from bench.servers import OurService, Process, free_port, peer_argv
 from bench.throughput import peer_pass, phase_ours_vs_direct, phase_passes
@@ -61,8 +64,8 @@ def parse_args(argv: list[str] | None) -> tuple[Config, bool]:
     p.add_argument("--rounds", type=int, help="passes per side and concurrency (default 2, quick 1)")
     p.add_argument(
         "--only",
-        default="direct,peer,healthz,decode,bomb,attack,layout,devset,jobs",
-        help="comma-separated subset of: direct,peer,healthz,decode,bomb,attack,layout,devset,jobs",
+        default="direct,peer,healthz,decode,bomb,attack,layout,devset,jobs,ocrmypdf",
+        help="comma-separated subset of: direct,peer,healthz,decode,bomb,attack,layout,devset,jobs,ocrmypdf",
     )
     p.add_argument("--concurrency", default="1,4", help="client concurrencies for 1 and 2 (default 1,4)")
     p.add_argument(
@@ -235,6 +238,16 @@ def run(cfg: Config, quick: bool, workdir: Path) -> dict:
     if "jobs" in cfg.only:
         log("measurement 8: bulk job vs synchronous requests")
         guarded("jobs", lambda: res.__setitem__("jobs", bench_jobs(workdir, overrides, cfg)))
+
+    # 10. searchable PDFs: the service beside OCRmyPDF, a service of its own.
+    if "ocrmypdf" in cfg.only:
+        guarded(
+            "ocrmypdf",
+            lambda: res.__setitem__("ocrmypdf", bench_ocrmypdf(workdir / "ocrmypdf", overrides, cfg.rounds)),
+        )
+        for name, side in (res.get("ocrmypdf") or {}).get("sides", {}).items():
+            if side.get("error"):
+                res["errors"].append(f"ocrmypdf {name}: {side['error']}")
 
     if peer:
         res["service_vs_peer"] = {}

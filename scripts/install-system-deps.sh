@@ -12,6 +12,7 @@ pkgs=(
   postgresql          # the job store: make test-app starts a throw-away cluster with its server binaries
   poppler-utils       # tests/test_pdf_format.py: pdftotext reads format=pdf's text layer back
   qpdf                # tests/test_pdf_format.py: qpdf --check, format=pdf's structure
+  tesseract-ocr       # tests/test_ocrmypdf_plugin.py: OCRmyPDF 17 will not start without it, whatever its engine
 )
 if [ "${1:-}" = browser ]; then
   pkgs+=(
@@ -21,7 +22,7 @@ if [ "${1:-}" = browser ]; then
 elif [ "${1:-}" = bench ]; then
   pkgs+=(
     # poppler-utils (base set): bench/devset.py's pdftoppm renders its pages, pdftotext their ground truth
-    tesseract-ocr     # bench/devset.py: Tesseract 5 reads the same pages, the reference
+    # tesseract-ocr (base set): bench/devset.py's reference, bench/ocrmypdf.py's OCRmyPDF side
     tesseract-ocr-eng
   )
 fi
