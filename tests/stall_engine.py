@@ -9,7 +9,10 @@ STALL_CONTROL naming a directory. On each request, recognize() looks there:
 - `trickle` (a number of seconds): each page takes that long (a slow engine that still makes progress);
 - `hold_interactive`: an interactive request's pages wait while the file exists (a bulk job's go on);
 - `wedge_after` (a number N): once the engine has read N pages (`ocr_engine_pages_total`), each further
-  page waits while the file exists (page N + 1 is then in flight, and stays so).
+  page waits while the file exists (page N + 1 is then in flight, and stays so);
+- `stream` (JSON `{"pieces": [...], "lines": [...]}`): each page is written as a generative engine writes
+  it: the pieces given to recognize()'s `stream` one by one, then the page read as `lines`; with
+  `wedge_streamed` there too, the page then waits while that file exists.
 
 Otherwise every page reads back the self-test text at once.
 
@@ -47,7 +50,7 @@ class StallEngine(Engine):
     async def load(self) -> None:
         pass
 
-    async def recognize(self, pages, max_tokens=None, background=False):
+    async def recognize(self, pages, max_tokens=None, background=False, stream=None):
         block = self.control / "block_loop"
         if block.exists():
             seconds = float(block.read_text())
@@ -61,7 +64,19 @@ class StallEngine(Engine):
         per_page = float(trickle.read_text()) if trickle.exists() else 0.0
         out = []
         wedge_after = self.control / "wedge_after"
-        for _ in pages:
+        streamed = self.control / "stream"
+        written = json.loads(streamed.read_text()) if streamed.exists() else None
+        for i, _ in enumerate(pages):
+            if written is not None:
+                for piece in written["pieces"]:
+                    if stream is not None:
+                        stream(i, piece)
+                    await asyncio.sleep(0)  # each piece its own turn of the loop, as a model's tokens are
+                while (self.control / "wedge_streamed").exists():  # noqa: ASYNC110
+                    await asyncio.sleep(0.05)
+                out.append(EnginePage(lines=[EngineLine(t, None, 1.0) for t in written["lines"]]))
+                self._page_done()
+                continue
             await asyncio.sleep(per_page)
             while wedge_after.exists() and self.pages_done >= int(wedge_after.read_text() or 0):  # noqa: ASYNC110
                 await asyncio.sleep(0.05)
