@@ -120,6 +120,7 @@ EXPOSED: dict[str, Var] = {
         note="The kit's default: the fleet CA, where nginx_tls installs it (nginx_tls_ca_cert_path).",
     ),
     "shadow_max_inflight": Var(),
+    "shadow_route": Var(when_set=True),
     "drain_file": Var(note="The role's drain and undrain entry points write and remove it."),
     "shutdown_grace_s": Var(),
     "log_level": Var(),
