@@ -195,7 +195,8 @@ class Setting:
         if self.elements:
             spec["elements"] = self.elements
         if self.choices:
-            spec["choices"] = list(self.choices)
+            # Empty too where empty means the app's default (config.yml gets no key).
+            spec["choices"] = list(self.choices) + ([""] if self.unset == "" else [])
         if not isinstance(self.role_default, Jinja):
             spec["default"] = self.role_default
         return spec

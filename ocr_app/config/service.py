@@ -131,6 +131,7 @@ class OperationSettings(BaseModel):
         "compares each page's text; chat sends its document as an image to the canary's "
         "/v1/chat/completions (url's path replaced) and compares the Markdown answers (a multipart or a "
         "pages= request is replayed as with ocr).",
+        json_schema_extra={"default_doc": "ocr"},
     )
 
     # Lifecycle
