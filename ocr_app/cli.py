@@ -251,7 +251,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
         except (OSError, ValueError, KeyError, TypeError) as err:
             raise ConfigError(f"{args.baseline}: not a report of `ocr-app eval --output` ({err})") from None
     with _client(args) as client:
-        report = ev.evaluate(client, docs, repeat=args.repeat)
+        report = ev.evaluate(client, docs, repeat=args.repeat, route=args.route)
     report["url"] = args.url
     margins = ev.Margins(args.max_cer_increase, args.max_latency_ratio)
     worse = ev.judge(report, baseline, margins, args.max_cer)
@@ -391,6 +391,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     s.add_argument("dir")
     s.add_argument("--repeat", type=int, default=1, help="requests per document (more latency samples)")
+    s.add_argument(
+        "--route",
+        choices=("ocr", "chat"),  # evaluation.ROUTES (imported when eval runs)
+        default="ocr",
+        help="ocr: POST /v1/ocr; chat: POST /v1/chat/completions (OpenAI's chat API), the Markdown as text",
+    )
     s.add_argument("--json", action="store_true", help="print the report as JSON")
     s.add_argument("--output", "-o", help="also write the report as JSON here (a later run's --baseline)")
     s.add_argument("--baseline", help="a report of the version to compare with (its --output)")

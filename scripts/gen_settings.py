@@ -120,6 +120,7 @@ EXPOSED: dict[str, Var] = {
         note="The kit's default: the fleet CA, where nginx_tls installs it (nginx_tls_ca_cert_path).",
     ),
     "shadow_max_inflight": Var(),
+    "shadow_route": Var(when_set=True),
     "drain_file": Var(note="The role's drain and undrain entry points write and remove it."),
     "shutdown_grace_s": Var(),
     "log_level": Var(),
@@ -194,7 +195,8 @@ class Setting:
         if self.elements:
             spec["elements"] = self.elements
         if self.choices:
-            spec["choices"] = list(self.choices)
+            # Empty too where empty means the app's default (config.yml gets no key).
+            spec["choices"] = list(self.choices) + ([""] if self.unset == "" else [])
         if not isinstance(self.role_default, Jinja):
             spec["default"] = self.role_default
         return spec

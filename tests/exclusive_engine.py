@@ -47,7 +47,7 @@ class ExclusiveEngine(ocr_app.engines.vllm.engine.VllmEngine):
     async def self_test(self) -> None:
         await Engine.self_test(self)
 
-    async def recognize(self, pages, max_tokens=None, background=False):
+    async def recognize(self, pages, max_tokens=None, background=False, stream=None):
         if self._fd is None:
             raise EngineError("not loaded")
         return [EnginePage(lines=[EngineLine(SELF_TEST_TEXT, None, 1.0)]) for _ in pages]

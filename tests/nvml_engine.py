@@ -72,7 +72,7 @@ class NvmlEngine(VllmEngine):
 
     self_test = Engine.self_test
 
-    async def recognize(self, pages, max_tokens=None, background=False):
+    async def recognize(self, pages, max_tokens=None, background=False, stream=None):
         out = []
         for _ in pages:
             out.append(EnginePage(lines=[EngineLine(SELF_TEST_TEXT, None, 1.0)]))

@@ -12,6 +12,9 @@ STALL_CONTROL naming a directory. On each request, recognize() looks there:
   page waits while the file exists (page N + 1 is then in flight, and stays so);
 - `hold_width` (a number W): a page W pixels wide as sent waits while the file exists (one job held
   running, the others read).
+- `stream` (JSON `{"pieces": [...], "lines": [...]}`): each page is written as a generative engine writes
+  it: the pieces given to recognize()'s `stream` one by one, then the page read as `lines`; with
+  `wedge_streamed` there too, the page then waits while that file exists.
 
 Otherwise every page reads back the self-test text at once.
 
@@ -58,7 +61,7 @@ class StallEngine(Engine):
     async def load(self) -> None:
         pass
 
-    async def recognize(self, pages, max_tokens=None, background=False):
+    async def recognize(self, pages, max_tokens=None, background=False, stream=None):
         block = self.control / "block_loop"
         if block.exists():
             seconds = float(block.read_text())
@@ -73,7 +76,19 @@ class StallEngine(Engine):
         out = []
         wedge_after = self.control / "wedge_after"
         hold_width = self.control / "hold_width"
-        for page in pages:
+        streamed = self.control / "stream"
+        written = json.loads(streamed.read_text()) if streamed.exists() else None
+        for i, page in enumerate(pages):
+            if written is not None:
+                for piece in written["pieces"]:
+                    if stream is not None:
+                        stream(i, piece)
+                    await asyncio.sleep(0)  # each piece its own turn of the loop, as a model's tokens are
+                while (self.control / "wedge_streamed").exists():  # noqa: ASYNC110
+                    await asyncio.sleep(0.05)
+                out.append(EnginePage(lines=[EngineLine(t, None, 1.0) for t in written["lines"]]))
+                self._page_done()
+                continue
             await asyncio.sleep(per_page)
             while hold_width.exists() and page.width == int(hold_width.read_text() or 0):  # noqa: ASYNC110
                 await asyncio.sleep(0.05)

@@ -119,3 +119,21 @@ def test_bad_sets_and_baselines_are_refused_clearly(tmp_path, eval_set):
     (tmp_path / "baseline.json").write_text('{"documents": []}')
     r = run("eval", eval_set, "--url", "http://127.0.0.1:9", "--baseline", tmp_path / "baseline.json")
     assert r.returncode == 2 and "not a report of `ocr-app eval --output`" in r.stderr
+
+
+def test_the_set_is_read_through_the_chat_route_and_compared_only_with_its_own(server, eval_set, tmp_path):
+    # --route chat (the role's ocr_app_eval_route): each document to /v1/chat/completions, the Markdown read
+    # as text; a baseline read through /v1/ocr is not compared with it.
+    chats = 'ocr_chat_requests_total{code="200"}'
+    before = server.metrics().get(chats, 0)
+    out = tmp_path / "chat.json"
+    r = run("eval", eval_set, "--url", server.url, "--key", server.key, "--route", "chat", "-o", out)
+    assert r.returncode == 0, r.stderr
+    report = json.loads(out.read_text())
+    assert report["route"] == "chat" and report["requests"] == 2 and report["failed"] == []
+    assert report["cer"] < 0.05, report
+    assert server.metrics().get(chats, 0) - before == 2
+    ocr = tmp_path / "ocr.json"
+    ocr.write_text(json.dumps({**report, "route": "ocr"}))
+    r = run("eval", eval_set, "--url", server.url, "--key", server.key, "--route", "chat", "--baseline", ocr)
+    assert r.returncode == 1 and "not comparable" in r.stderr, r.stderr

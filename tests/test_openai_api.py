@@ -27,6 +27,7 @@ import pytest
 from ocr_app.engines.base import SELF_TEST_TEXT
 
 from .docs import TEXTS, encode, render
+from .readme import run_chat_snippet
 from .server import Server
 
 HERE = Path(__file__).parent
@@ -348,3 +349,84 @@ def test_errors_of_other_routes_carry_the_openai_type(server):
     with server.client() as c:
         r = c.get("/v1/nowhere")
     assert r.status_code == 404 and r.json()["error"]["type"] == "not_found_error"
+
+
+# --- stream: true as a generative engine writes the page (tests/stall_engine.py's `stream`) -----------------
+
+
+@pytest.fixture
+def writes(control):
+    """Makes the stand-in engine write each page as `pieces` and read it as `lines`."""
+
+    def write(pieces: list[str], lines: list[str]) -> None:
+        (control / "stream").write_text(json.dumps({"pieces": pieces, "lines": lines}))
+
+    yield write
+    for name in ("stream", "wedge_streamed"):
+        (control / name).unlink(missing_ok=True)
+
+
+def streamed(srv: Server, *urls: str) -> list:
+    return list(client(srv).chat.completions.create(model="x", messages=page(*urls), stream=True))
+
+
+WRITTEN = ["Alpha ", "beta", " gamma"]
+
+
+def test_a_page_streams_as_the_engine_writes_it_and_pages_in_order(stall, png, writes):
+    # What the engine writes goes out a piece at a time, as written; what the read page adds to it follows;
+    # the next image's page starts with the page break. Two images of one request, in their order.
+    writes(WRITTEN, ["Alpha beta gamma delta"])
+    small = data_url(encode(render(["x"], size=24, width=200).image, "PNG"))
+    chunks = streamed(stall, small, small)
+    deltas = [c.choices[0].delta.content for c in chunks[1:-1]]
+    assert deltas == [*WRITTEN, " delta", PAGE_BREAK + WRITTEN[0], *WRITTEN[1:], " delta"]
+    last = chunks[-1]
+    assert last.choices[0].finish_reason == "stop"
+    assert "ocr_pages_not_as_streamed" not in (last.model_extra or {})
+    plain_answer = client(stall).chat.completions.create(model="x", messages=page(small, small))
+    assert "".join(deltas) == plain_answer.choices[0].message.content
+
+
+def test_a_page_read_otherwise_than_streamed_gets_nothing_more_and_is_named(stall, png, writes):
+    # As the vllm engine's page whose first attempt was degenerate and whose re-run reads otherwise: what was
+    # sent stands, nothing contradicts it, and the last chunk names the page (1-based, across the images).
+    small = data_url(encode(render(["x"], size=24, width=200).image, "PNG"))
+    writes(WRITTEN, ["Alpha beta GAMMA delta"])
+    chunks = streamed(stall, small, small)
+    deltas = [c.choices[0].delta.content for c in chunks[1:-1]]
+    assert deltas == [*WRITTEN, PAGE_BREAK + WRITTEN[0], *WRITTEN[1:]]
+    assert chunks[-1].choices[0].finish_reason == "stop"
+    assert chunks[-1].model_extra["ocr_pages_not_as_streamed"] == [1, 2]
+
+
+def test_an_error_after_the_text_began_is_the_streams_last_event(stall, control, png, writes):
+    # The status went with the first piece: the deadline that falls later is an error event, which OpenAI's
+    # client raises with its code, after the pieces already sent.
+    small = data_url(encode(render(["x"], size=24, width=200).image, "PNG"))
+    writes(WRITTEN[:2], ["Alpha beta"])
+    (control / "wedge_streamed").touch()
+    got: list = []
+
+    def read() -> None:
+        for c in client(stall).chat.completions.create(model="x", messages=page(small), stream=True):
+            got.append(c.choices[0].delta.content)
+
+    with pytest.raises(openai.APIError) as err:
+        read()
+    assert got == ["", *WRITTEN[:2]]
+    assert err.value.code == "timeout" and err.value.body["request_id"]
+    (control / "wedge_streamed").unlink()
+    assert client(stall).chat.completions.create(model="x", messages=page(small)).choices[0].message.content
+
+
+def test_the_readmes_openai_snippet_works_as_written(server, tmp_path):
+    # tests/readme.py runs README.md's block as it stands (the fleet test runs it through HAProxy and nginx):
+    # the plain answer, then the streamed one, each printed whole and the same.
+    import certifi  # a CA file the snippet can load; the server here is plain HTTP
+
+    doc = render(TEXTS["en"][:2], size=32, width=1000)
+    out = run_chat_snippet(server.url, server.key, Path(certifi.where()), encode(doc.image, "PNG"), tmp_path)
+    plain_answer, streamed_answer = out[: len(out) // 2], out[len(out) // 2 :]
+    assert plain_answer == streamed_answer and plain_answer.endswith("\n")
+    assert cer(doc.text, plain_answer) < 0.05, plain_answer

@@ -186,6 +186,7 @@ EVERY = {
     "ocr_app_shadow_file": "/run/ocr-app/shadow-test.json",
     "ocr_app_shadow_ca_file": "/etc/ssl/certs/ca-certificates.crt",
     "ocr_app_shadow_max_inflight": 2,
+    "ocr_app_shadow_route": "chat",
     "ocr_app_drain_file": "/run/ocr-app/drain-test",
     "ocr_app_shutdown_grace_s": 20,
     "ocr_app_log_level": "debug",

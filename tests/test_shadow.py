@@ -210,3 +210,48 @@ def test_a_ca_file_that_comes_after_the_start_is_used(server, png, tmp_path):
         assert wait_replays(srv, 1)["compared"] == 1
     finally:
         assert srv.stop() == 0, srv.logs()[-2000:]
+
+
+@pytest.fixture(scope="module")
+def old_chat(server, tmp_path_factory):
+    """The old version's instance with shadow_route: chat."""
+    srv = Server(
+        tmp_path_factory.mktemp("old-chat"),
+        api_keys_file=str(server.keys_file),
+        log_level="debug",
+        shadow_route="chat",
+    ).start()
+    srv.key = server.key
+    yield srv
+    assert srv.stop() == 0, srv.logs()[-2000:]
+
+
+def chat_requests(srv: Server) -> float:
+    return srv.metrics().get('ocr_chat_requests_total{code="200"}', 0)
+
+
+def test_with_shadow_route_chat_the_canarys_chat_answer_is_compared(old_chat, server, misreading, png):
+    # A raw document goes to the canary's /v1/chat/completions; its Markdown matches ours (no edits), and a
+    # canary that misreads is measured through that route. A multipart body is replayed to /v1/ocr.
+    shadow_to(old_chat, server.url)
+    before, canary_chats = counts(old_chat), chat_requests(server)
+    answer = ocr_ok(old_chat, png)
+    after = wait_replays(old_chat, sum(before[o] for o in OUTCOMES) + 1)
+    assert after["compared"] - before["compared"] == 1 and after["edits"] == before["edits"], after
+    assert after["chars"] - before["chars"] >= len(flat("".join(LINES)))
+    assert eventually(lambda: chat_requests(server) - canary_chats == 1)
+    assert eventually(lambda: answer["request_id"] in server.logs())
+
+    with old_chat.client() as c:
+        r = c.post("/v1/ocr", files={"file": ("invoice.png", png, "image/png")})
+    assert r.status_code == 200, r.text
+    after = wait_replays(old_chat, sum(after[o] for o in OUTCOMES) + 1)
+    assert after["compared"] - before["compared"] == 2 and after["edits"] == before["edits"], after
+    assert chat_requests(server) - canary_chats == 1  # the multipart one went to /v1/ocr
+
+    shadow_to(old_chat, misreading.url)
+    before, canary_chats = after, chat_requests(misreading)
+    ocr_ok(old_chat, png)
+    after = wait_replays(old_chat, sum(before[o] for o in OUTCOMES) + 1)
+    assert after["compared"] - before["compared"] == 1 and after["edits"] > before["edits"], after
+    assert eventually(lambda: chat_requests(misreading) - canary_chats == 1)

@@ -125,6 +125,14 @@ class OperationSettings(BaseModel):
         description="Replays in flight at once; a sampled request finding them all busy is skipped, never "
         "queued.",
     )
+    shadow_route: Literal["ocr", "chat"] = Field(
+        "ocr",
+        description="How a replay reaches the canary: ocr sends the request again to url (/v1/ocr) and "
+        "compares each page's text; chat sends its document as an image to the canary's "
+        "/v1/chat/completions (url's path replaced) and compares the Markdown answers (a multipart or a "
+        "pages= request is replayed as with ocr).",
+        json_schema_extra={"default_doc": "ocr"},
+    )
 
     # Lifecycle
     drain_file: Path | None = Field(

@@ -17,6 +17,9 @@ from ..documents.image import PageImage
 
 SELF_TEST_TEXT = "OCR self-test 2048"
 
+# stream(i, text): the next piece of page i's text as the engine writes it (Engine.recognize).
+TextSink = Callable[[int, str], None]
+
 
 class PriorityGate:
     """At most `n` holders at once; when one leaves, a waiting interactive page goes before any waiting
@@ -178,12 +181,19 @@ class Engine(abc.ABC):
 
     @abc.abstractmethod
     async def recognize(
-        self, pages: list[PageImage], max_tokens: int | None = None, background: bool = False
+        self,
+        pages: list[PageImage],
+        max_tokens: int | None = None,
+        background: bool = False,
+        stream: TextSink | None = None,
     ) -> list[EnginePage]:
         """OCR preprocessed pages. Cancelling the awaiting task abandons pages not yet started.
 
         `max_tokens`: the most tokens a generative engine may write per page (others ignore it).
         `background`: a bulk job's pages: waiting interactive pages go first.
+        `stream`: an engine that writes a page token by token (vllm) calls stream(i, piece) with each new
+        piece of page i's text as its first attempt writes it; the pieces join into a prefix of the page's
+        final text unless the page is run again (a degenerate answer). Other engines ignore it.
         """
 
     def healthy(self) -> bool:

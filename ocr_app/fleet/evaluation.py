@@ -1,17 +1,21 @@
 """`ocr-app eval`: a fixed evaluation set read by a running instance, as figures a release gate compares.
 
 A set is a directory of documents (PNG, JPEG, TIFF, WebP, PDF), each with its expected text beside it
-(`<stem>.txt`; the same layout as the ocr_app role's golden document). Each document is sent to `/v1/ocr` one
-at a time (latency is the instance's, not a queue's), `repeat` times; the figures are the character error rate
-(CER) per document and over the set (edit distance / expected characters, whitespace ignored: engines break
-lines and space columns differently, what matters is what they read) and the latency's p50/p95. Compared with
-a baseline (the same command's JSON against the old version), the run is refused when its CER is higher by
-more than a margin in points, or its median latency by more than a ratio.
+(`<stem>.txt`; the same layout as the ocr_app role's golden document). Each document is sent to `/v1/ocr` (or,
+with route `chat`, to `/v1/chat/completions` as one `data:` image, its Markdown read as text: escapes, heading
+marks and page breaks dropped) one at a time (latency is the instance's, not a queue's), `repeat` times; the
+figures are the character error rate (CER) per document and over the set (edit distance / expected
+characters, whitespace ignored: engines break lines and space columns differently, what matters is what they
+read) and the latency's p50/p95. Compared with a baseline (the same command's JSON against the old version,
+through the same route), the run is refused when its CER is higher by more than a margin in points, or its
+median latency by more than a ratio.
 """
 
 from __future__ import annotations
 
+import base64
 import math
+import re
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -51,6 +55,17 @@ class Margins:
     latency_ratio: float = 1.5  # how much slower the median latency may be than the baseline's
 
 
+ROUTES = ("ocr", "chat")
+_ESCAPE = re.compile(r"\\(.)")
+_HEADING = re.compile(r"^#+ ", re.MULTILINE)
+_BREAK = re.compile(r"^---$", re.MULTILINE)
+
+
+def markdown_text(markdown: str) -> str:
+    """The chat route's Markdown as the text it says: escapes, heading marks and page breaks dropped."""
+    return _ESCAPE.sub(r"\1", _BREAK.sub("", _HEADING.sub("", markdown)))
+
+
 def squeeze(text: str) -> str:
     """Text as compared: whitespace removed (engines break lines and space columns differently; what matters
     is what they read). shadow.py compares a canary's answers the same way."""
@@ -87,13 +102,21 @@ def _error(resp: httpx.Response) -> str:
         return f"HTTP {resp.status_code}: {resp.text[:200]}"
 
 
-def read_document(client: httpx.Client, doc: Document, repeat: int) -> DocumentResult:
+def read_document(client: httpx.Client, doc: Document, repeat: int, route: str = "ocr") -> DocumentResult:
     expected = squeeze(doc.expected)
     result = DocumentResult(doc.name, len(expected), len(expected))
+    image = f"data:{doc.media_type};base64,{base64.b64encode(doc.data).decode('ascii')}"
+    chat = {
+        "model": "eval",
+        "messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": image}}]}],
+    }
     for _ in range(repeat):
         start = time.perf_counter()
         try:
-            resp = client.post("/v1/ocr", content=doc.data, headers={"Content-Type": doc.media_type})
+            if route == "chat":
+                resp = client.post("/v1/chat/completions", json=chat)
+            else:
+                resp = client.post("/v1/ocr", content=doc.data, headers={"Content-Type": doc.media_type})
         except httpx.HTTPError as err:
             result.error = f"{type(err).__name__}: {err}"
             return result
@@ -102,7 +125,10 @@ def read_document(client: httpx.Client, doc: Document, repeat: int) -> DocumentR
             result.error = _error(resp)
             return result
         result.latencies_ms.append(round(elapsed_ms, 1))
-        got = squeeze("".join(page["text"] for page in resp.json()["pages"]))
+        if route == "chat":
+            got = squeeze(markdown_text(resp.json()["choices"][0]["message"]["content"]))
+        else:
+            got = squeeze("".join(page["text"] for page in resp.json()["pages"]))
         # The worst of the repeats: an engine that reads a page differently each time is not better for it.
         distance = Levenshtein.distance(expected, got)
         result.distance = distance if len(result.latencies_ms) == 1 else max(result.distance, distance)
@@ -115,11 +141,14 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[max(0, math.ceil(q / 100.0 * len(ordered)) - 1)]
 
 
-def evaluate(client: httpx.Client, docs: list[Document], repeat: int = 1) -> dict[str, Any]:
-    results = [read_document(client, doc, repeat) for doc in docs]
+def evaluate(
+    client: httpx.Client, docs: list[Document], repeat: int = 1, route: str = "ocr"
+) -> dict[str, Any]:
+    results = [read_document(client, doc, repeat, route) for doc in docs]
     latencies = [ms for r in results for ms in r.latencies_ms]
     chars = sum(r.chars for r in results)
     return {
+        "route": route,
         "documents": [asdict(r) | {"cer": round(r.cer, 5)} for r in results],
         "cer": round(sum(r.distance for r in results) / chars, 5),
         "chars": chars,
@@ -138,6 +167,12 @@ def judge(
     worse = []
     if report["failed"]:
         worse.append(f"{len(report['failed'])} document(s) not read: {', '.join(report['failed'])}")
+    if baseline is not None and baseline.get("route", "ocr") != report.get("route", "ocr"):
+        worse.append(
+            f"the baseline was read through route {baseline.get('route', 'ocr')}, this through "
+            f"{report.get('route', 'ocr')}: not comparable"
+        )
+        baseline = None
     if baseline is not None:
         if report["cer"] > baseline["cer"] + margins.cer_points / 100.0:
             worse.append(

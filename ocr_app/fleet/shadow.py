@@ -7,11 +7,17 @@ are sent again to `url` once their client has its answer (the client only ever g
 function of the document, so a replay changes nothing). The canary's text is compared with ours as
 `ocr-app eval` compares (whitespace ignored), and only figures remain: the ocr_shadow_* counters. Nothing of a
 document is kept beyond its replay, and no log line holds a text, a document or a key.
+
+With `shadow_route: chat` the replay goes through the canary's OpenAI-compatible route instead: the document
+as one `data:` image to /v1/chat/completions (the control file's url with its path replaced), and the answer's
+Markdown compared with ours rendered as that route renders it (ocr_app/ocr/formats/markdown.py), page by
+page. A request the chat route cannot say (a multipart body, a `pages=` selection) is replayed as with `ocr`.
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import logging
 import os
@@ -26,6 +32,7 @@ from prometheus_client import CollectorRegistry, Counter
 from rapidfuzz.distance import Levenshtein
 
 from ..config import Settings
+from ..ocr.formats import markdown
 from ..schemas import OcrResponse
 from .evaluation import squeeze
 
@@ -182,27 +189,63 @@ class Shadow:
             SHADOW_HEADER: "1",
         }
         figures: dict[str, object] = {}
+        chat = self.settings.shadow_route == "chat" and _chat_sayable(offer)
         try:
-            resp = await self._client.post(url, content=offer.body, params=offer.query, headers=headers)
+            if chat:
+                headers["Content-Type"] = "application/json"
+                resp = await self._client.post(_chat_url(url), content=_chat_body(offer), headers=headers)
+            else:
+                resp = await self._client.post(url, content=offer.body, params=offer.query, headers=headers)
             figures["status"] = resp.status_code
             if resp.status_code in (429, 503):  # full or not ready: the canary's load, not its reading
                 outcome = "busy"
             elif resp.status_code != 200:
                 outcome = "failed"
             else:
-                theirs = [page["text"] for page in resp.json()["pages"]]
-                edits, chars = await _compare([p.text for p in offer.answer.pages], theirs)
+                if chat:
+                    ours = markdown.render(offer.answer).split(markdown.PAGE_BREAK)
+                    theirs = str(resp.json()["choices"][0]["message"]["content"]).split(markdown.PAGE_BREAK)
+                else:
+                    ours = [p.text for p in offer.answer.pages]
+                    theirs = [page["text"] for page in resp.json()["pages"]]
+                edits, chars = await _compare(ours, theirs)
                 self.reference_chars.inc(chars)
                 self.edit_distance.inc(edits)
                 outcome = "compared"
                 figures |= {"edits": edits, "chars": chars}
         # No answer, or an answer that is no OcrResponse.
-        except (httpx.HTTPError, ValueError, KeyError, TypeError, AttributeError) as err:
+        except (httpx.HTTPError, ValueError, KeyError, IndexError, TypeError, AttributeError) as err:
             outcome = "failed"
             figures["error"] = type(err).__name__
         # Logged before it is counted: whoever watches the counter finds the line written.
         log.debug("shadow replay", extra={"outcome": outcome, **figures})
         self.requests.labels(outcome).inc()
+
+
+def _chat_sayable(offer: Offer) -> bool:
+    """A raw document without a page selection: what one chat image says."""
+    return not offer.content_type.lower().startswith("multipart/") and all(
+        k != "pages" for k, _ in offer.query
+    )
+
+
+def _chat_url(url: str) -> str:
+    """The canary's chat route beside the control file's /v1/ocr."""
+    parsed = httpx.URL(url)
+    return str(parsed.copy_with(path=parsed.path.removesuffix("/v1/ocr") + "/v1/chat/completions"))
+
+
+def _chat_body(offer: Offer) -> bytes:
+    media_type = offer.content_type.split(";")[0].strip()
+    image = f"data:{media_type};base64,{base64.b64encode(offer.body).decode('ascii')}"
+    body: dict[str, object] = {
+        "model": "shadow",
+        "messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": image}}]}],
+    }
+    for key, value in offer.query:
+        if key == "max_tokens" and value.isdigit():
+            body["max_tokens"] = int(value)
+    return json.dumps(body).encode()
 
 
 async def _compare(ours: list[str], theirs: list[str]) -> tuple[int, int]:

@@ -87,6 +87,16 @@ def error_type(status: int) -> str:
     return ERROR_TYPES.get(status, "server_error" if status >= 500 else "invalid_request_error")
 
 
+def error_body(
+    status: int, code: str, message: str, request_id: str, param: str | None = None
+) -> dict[str, Any]:
+    """The API's error body, as JSON's dict (a streamed chat answer sends it as its last event)."""
+    detail = ErrorDetail(
+        code=code, message=message, request_id=request_id, type=error_type(status), param=param
+    )
+    return ErrorBody(error=detail).model_dump(exclude_none=True)
+
+
 def error_response(
     status: int,
     code: str,
@@ -95,11 +105,8 @@ def error_response(
     headers: Mapping[str, str] | None = None,
     param: str | None = None,
 ) -> JSONResponse:
-    detail = ErrorDetail(
-        code=code, message=message, request_id=request_id, type=error_type(status), param=param
-    )
-    body = ErrorBody(error=detail)
-    return JSONResponse(body.model_dump(exclude_none=True), status_code=status, headers=headers)
+    body = error_body(status, code, message, request_id, param)
+    return JSONResponse(body, status_code=status, headers=headers)
 
 
 def add_error_handlers(app: FastAPI, metrics: Metrics) -> None:

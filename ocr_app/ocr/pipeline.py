@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from ..config import Settings
 from ..documents.decode import DecodePool, DecodeRequest
 from ..documents.image import PageImage
-from ..engines.base import Engine, EngineBlock, EngineError, EngineLine, EnginePage
+from ..engines.base import Engine, EngineBlock, EngineError, EngineLine, EnginePage, TextSink
 from ..errors import JobPageTimeout, NotReady, RequestTimeout
 from ..metrics import Metrics
 from ..schemas import Block, Cell, Line, OcrResponse, Page, Timings, Usage, Word
@@ -96,11 +96,17 @@ class Pipeline:
             self.job_decode_pool.close()
 
     async def run(
-        self, read_body: Callable[[], Awaitable[bytes]], job: Job, request_id: str, trace: Trace | None = None
+        self,
+        read_body: Callable[[], Awaitable[bytes]],
+        job: Job,
+        request_id: str,
+        trace: Trace | None = None,
+        stream: TextSink | None = None,
     ) -> OcrResponse:
         """One document through admission, decode and the engine, within request_timeout_s.
 
         The body is read only once the request holds a slot: a queued client's upload waits in its socket.
+        `stream`: given to the engine (Engine.recognize), for the pages' text as it is written.
         Raises Overloaded, NotReady (the engine died), RequestTimeout at the deadline, the decoder's."""
         trace = trace or Trace()
         started = time.perf_counter()
@@ -113,7 +119,7 @@ class Pipeline:
                 trace.bytes = len(body)
                 images = await self._decode(body, job, deadline, trace)
                 del body
-                pages, t_inf, t_done = await self._recognize(images, job)
+                pages, t_inf, t_done = await self._recognize(images, job, stream=stream)
         except TimeoutError:
             raise RequestTimeout(timeout_s) from None
         except EngineError:  # the engine died under this request; its on_fatal has been called
@@ -160,13 +166,13 @@ class Pipeline:
         return images
 
     async def _recognize(
-        self, images: list[PageImage], job: Job, background: bool = False
+        self, images: list[PageImage], job: Job, background: bool = False, stream: TextSink | None = None
     ) -> tuple[list[Page], float, float]:
         """The engine on decoded pages -> the response's pages, with the times it started and finished."""
         t_inf = time.perf_counter()
         with self.health.engine_work():
             engine_pages = await self.engine.recognize(
-                images, max_tokens=job.max_tokens, background=background
+                images, max_tokens=job.max_tokens, background=background, stream=stream
             )
         t_done = time.perf_counter()
         self.metrics.pages.inc(len(images))

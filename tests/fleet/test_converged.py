@@ -1,7 +1,7 @@
 """The fleet as site.yml left it (`make test-fleet`), verified from outside before any upgrade changes it:
-HTTPS through each host's nginx with the fleet's CA, only modern TLS, the firewall, the request in the
-journal as fields (no document text) and its way LB -> nginx -> app, the GPU metrics timer, and a second
-converge that changes nothing.
+HTTPS through each host's nginx with the fleet's CA, README.md's `openai` client code through HAProxy and
+nginx (plain and streamed), only modern TLS, the firewall, the request in the journal as fields (no document
+text) and its way LB -> nginx -> app, the GPU metrics timer, and a second converge that changes nothing.
 
 The per-role paths site.yml does not take in the lab (the NVIDIA driver from a signed repository, check
 mode) are each role's Molecule scenario; here the roles meet on one fleet.
@@ -20,6 +20,7 @@ import pytest
 from lab.base import wait_until
 from tests import old_tls
 from tests.docs import TEXTS, encode, render
+from tests.readme import run_chat_snippet
 
 from .conftest import https_client, say
 
@@ -43,6 +44,17 @@ def test_https_ocr_through_each_hosts_nginx(fleet):
             r = c.post("/v1/ocr", content=encode(doc.image, "PNG"), headers={"Content-Type": "image/png"})
             assert r.status_code == 401
             assert r.json()["error"]["code"] == "unauthorized"
+
+
+def test_the_readmes_openai_snippet_through_haproxy_and_nginx(fleet, tmp_path):
+    # README.md's block as it stands (tests/readme.py), against the load balancer's address with the fleet's
+    # key and CA as `make demo` leaves them: the plain answer, then the streamed one, the same text.
+    doc = render(TEXTS["en"][:2], size=32, width=1000)
+    out = run_chat_snippet(fleet.lb_url, fleet.key, fleet.ca_file, encode(doc.image, "PNG"), tmp_path)
+    plain, streamed = out[: len(out) // 2], out[len(out) // 2 :]
+    assert plain == streamed and plain.endswith("\n"), out
+    got = "".join(plain.replace("\\", "").split()).lower()  # the Markdown's escapes dropped
+    assert jiwer.cer("".join(doc.text.split()).lower(), got) < 0.05, out
 
 
 def test_journal_has_the_request_as_fields_without_document_text(fleet):

@@ -32,14 +32,22 @@ def chat(server, *urls: str, **options):
     )
 
 
-def test_the_models_text_comes_back_plain_and_streamed(server, urls):
-    out = chat(server, urls[1])
+def content(chunks) -> list[str]:
+    return [c.choices[0].delta.content for c in chunks if c.choices and c.choices[0].delta.content]
+
+
+def test_the_models_text_comes_back_plain_and_streamed_as_written(server, urls):
+    out = chat(server, urls[1], temperature=0)
     assert out.choices[0].message.content == VARIANTS[1].markdown
     assert out.choices[0].finish_reason == "stop"
-    chunks = list(chat(server, urls[1], stream=True))
+    chunks = list(chat(server, urls[1], temperature=0, stream=True, stream_options={"include_usage": True}))
     assert chunks[0].choices[0].delta.role == "assistant"
-    assert chunks[-1].choices[0].finish_reason == "stop"
-    assert "".join(c.choices[0].delta.content or "" for c in chunks) == VARIANTS[1].markdown
+    pieces = content(chunks)
+    assert "".join(pieces) == out.choices[0].message.content
+    # As the model writes it: more pieces than the page has lines (a page read whole goes a line a piece).
+    assert len(pieces) > len(VARIANTS[1].markdown.splitlines()), pieces
+    assert chunks[-2].choices[0].finish_reason == "stop" and chunks[-2].model_extra == {}
+    assert chunks[-1].choices == [] and chunks[-1].usage == out.usage
     [model] = openai.OpenAI(base_url=f"{server.url}/v1", api_key=server.key).models.list()
     assert model.owned_by == "ocrfleet-vllm" and model.model_extra["engine"] == "vllm"
 
@@ -51,6 +59,10 @@ def test_images_are_read_in_order_and_a_cut_page_ends_as_length(server, urls):
     assert cut.choices[0].finish_reason == "length"
     text = cut.choices[0].message.content
     assert VARIANTS[0].markdown.startswith(text) and len(text) < len(VARIANTS[0].markdown)
+    # Streamed, the cut page (run again at each retry temperature, all cut) ends as `length` too.
+    chunks = list(chat(server, urls[0], max_tokens=5, stream=True))
+    assert chunks[-1].choices[0].finish_reason == "length"
+    assert "".join(content(chunks)) == text
 
 
 def test_usage_counts_the_tokens_the_model_wrote(server, urls, tiny_checkpoint):

@@ -8,6 +8,7 @@ from ocr_app.engines.base import EngineLine
 from ocr_app.engines.vllm.grounding import align, normalise
 from ocr_app.engines.vllm.output import (
     Attempt,
+    LiveText,
     Loop,
     find_loop,
     line_confidences,
@@ -117,3 +118,39 @@ def test_markdown_blocks_follow_the_models_structure():
     lines = line_confidences(text, [text], [0.0])
     assert [i for _, idx in blocks for i in idx] == list(range(len(lines)))
     assert markdown_blocks("") == [] and markdown_blocks("\n\n") == []
+
+
+def live(max_ngram=8, min_repeats=8, min_tokens=24):
+    """A LiveText over byte tokens (a token is a byte: UTF-8 characters span tokens), and what it sent."""
+    sent: list[str] = []
+    text = LiveText(
+        lambda ids: bytes(ids).decode("utf-8", "replace"), sent.append, max_ngram, min_repeats, min_tokens
+    )
+    return text, sent
+
+
+def test_live_text_sends_as_written_but_no_loop_past_its_first_copy():
+    head = b"Total: 12\n"
+    text, sent = live()
+    for b in head + b"ab" * 40 + b"\nafter the loop":
+        text.feed([b])
+    # find_loop keeps the text before the loop and one copy of it ("ab"); nothing after that was sent.
+    assert "".join(sent) == "Total: 12\nab" and text.looped
+    assert len(sent) > 3  # piece by piece, as written
+    # Below the loop's thresholds a repetition is text: held while it goes on, sent once it ends.
+    text, sent = live()
+    for b in b"x" + b"ab" * 5:
+        text.feed([b])
+    assert "".join(sent) == "xab"
+    text.feed(b"c")
+    assert "".join(sent) == "xababababab" + "c" and not text.looped
+
+
+def test_live_text_is_a_prefix_of_the_stripped_page_at_every_step():
+    page = "\n\n# Caf\u00e9 \u20ac 5\n\nline two  \n"
+    text, sent = live()
+    for i, b in enumerate(page.encode()):
+        text.feed([b])
+        assert page.strip().startswith("".join(sent)), i
+        assert "\ufffd" not in "".join(sent)  # a character split across tokens waits for its last byte
+    assert "".join(sent) == page.strip()

@@ -40,6 +40,7 @@ from ..base import (
     EngineTable,
     EngineWord,
     PriorityGate,
+    TextSink,
     model_label,
 )
 from ..layout import Box, deskewed, page_layout, page_skew
@@ -241,7 +242,11 @@ class RapidOcrEngine(Engine):
         return _to_page(out, *size)
 
     async def recognize(
-        self, pages: list[PageImage], max_tokens: int | None = None, background: bool = False
+        self,
+        pages: list[PageImage],
+        max_tokens: int | None = None,
+        background: bool = False,
+        stream: TextSink | None = None,
     ) -> list[EnginePage]:
         loop = asyncio.get_running_loop()
         gate, pool, idle = self._gate, self._pool, self._idle

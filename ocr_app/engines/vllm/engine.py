@@ -26,6 +26,7 @@ import logging
 import os
 import uuid
 from collections import Counter
+from collections.abc import Callable
 from typing import Any
 
 from PIL import Image
@@ -39,12 +40,13 @@ from ..base import (
     EngineError,
     EngineLine,
     EnginePage,
+    TextSink,
     model_label,
     sample_page,
 )
 from .device import device_from_env, is_nvml_mismatch, nvml_memory, nvml_problem
 from .grounding import Grounder, align, union
-from .output import Attempt, find_loop, line_confidences, markdown_blocks, page_warnings
+from .output import Attempt, LiveText, find_loop, line_confidences, markdown_blocks, page_warnings
 from .runtime import Vllm, VllmMetrics, import_vllm, in_daemon_thread, weight_files
 from .tables import markup_table
 
@@ -270,18 +272,23 @@ class VllmEngine(Engine):
     # -- recognition -------------------------------------------------------------------------------
 
     async def recognize(
-        self, pages: list[PageImage], max_tokens: int | None = None, background: bool = False
+        self,
+        pages: list[PageImage],
+        max_tokens: int | None = None,
+        background: bool = False,
+        stream: TextSink | None = None,
     ) -> list[EnginePage]:
         if self._llm is None or self._dead:
             raise EngineError("vllm engine is not running")
         limit = asyncio.Semaphore(self.settings.vllm_max_num_seqs)  # a long PDF does not flood the queue
         tokens = max_tokens or self.settings.vllm_max_tokens
 
-        async def one(page: PageImage) -> EnginePage:
+        async def one(i: int, page: PageImage) -> EnginePage:
+            sink = None if stream is None else (lambda piece: stream(i, piece))
             async with limit:
-                return await self._page(page, tokens, PRIORITY_BACKGROUND if background else 0)
+                return await self._page(page, tokens, PRIORITY_BACKGROUND if background else 0, sink)
 
-        tasks = [asyncio.create_task(one(p)) for p in pages]
+        tasks = [asyncio.create_task(one(i, p)) for i, p in enumerate(pages)]
         try:
             return [await t for t in tasks]
         except BaseException:
@@ -292,7 +299,9 @@ class VllmEngine(Engine):
             await asyncio.gather(*tasks, return_exceptions=True)
             raise
 
-    async def _page(self, page: PageImage, max_tokens: int, priority: int) -> EnginePage:
+    async def _page(
+        self, page: PageImage, max_tokens: int, priority: int, sink: Callable[[str], None] | None = None
+    ) -> EnginePage:
         s = self.settings
         boxes = asyncio.create_task(self.grounder.detect(page)) if self.grounder is not None else None
         try:
@@ -300,7 +309,9 @@ class VllmEngine(Engine):
             for temperature in (s.vllm_temperature, *s.vllm_retry_temperatures):
                 if attempts:
                     self.retries += 1
-                attempt = await self._generate(page.rgb(), temperature, max_tokens, priority)
+                # Only the first attempt streams (`sink`): a re-run's text is known when it ends.
+                live = None if attempts or sink is None else self._live(sink)
+                attempt = await self._generate(page.rgb(), temperature, max_tokens, priority, live)
                 self._judge(attempt)
                 attempts.append(attempt)
                 if attempt.problem is None:
@@ -327,6 +338,16 @@ class VllmEngine(Engine):
             log.exception("grounding failed")
             return None
 
+    def _live(self, sink: Callable[[str], None]) -> LiveText:
+        s = self.settings
+        return LiveText(
+            lambda ids: self._tokenizer.decode(ids, skip_special_tokens=True),
+            sink,
+            s.vllm_loop_max_ngram,
+            s.vllm_loop_min_repeats,
+            s.vllm_loop_min_tokens,
+        )
+
     def _judge(self, attempt: Attempt) -> None:
         s = self.settings
         attempt.loop = find_loop(
@@ -338,15 +359,22 @@ class VllmEngine(Engine):
             attempt.problem = "max_tokens_reached"
 
     async def _generate(
-        self, image: Image.Image, temperature: float, max_tokens: int, priority: int = 0
+        self,
+        image: Image.Image,
+        temperature: float,
+        max_tokens: int,
+        priority: int = 0,
+        live: LiveText | None = None,
     ) -> Attempt:
+        """One attempt at a page; with `live`, its tokens are fed to it as vLLM writes them (DELTA outputs),
+        otherwise read once at the end (FINAL_ONLY)."""
         v = self._v
         params = v.SamplingParams(
             temperature=temperature,
             top_p=self.settings.vllm_top_p,
             max_tokens=max_tokens,
             logprobs=0,  # the sampled token's only
-            output_kind=v.RequestOutputKind.FINAL_ONLY,
+            output_kind=v.RequestOutputKind.FINAL_ONLY if live is None else v.RequestOutputKind.DELTA,
         )
         # Rendered first (tokens + the image processor, on vLLM's renderer threads), as vLLM's own
         # server does; a raw prompt would take a deprecated, slower path.
@@ -354,39 +382,48 @@ class VllmEngine(Engine):
             self._llm.model_config, {"prompt": self._prompt, "multi_modal_data": {"image": image}}
         )
         (engine_input,) = await self._llm.renderer.render_cmpl_async([prompt])
-        final = None
+        ids: list[int] = []
+        lps: list[float] = []
+        pieces: list[str] = []
+        finish_reason, prompt_tokens, generated, outputs = None, 0, 0, 0
         try:
             async for out in self._llm.generate(
                 engine_input, params, f"ocr-{uuid.uuid4().hex}", priority=priority
             ):
-                final = out
+                prompt_tokens = len(out.prompt_token_ids or ())
+                if not out.outputs:
+                    continue
+                outputs += 1
+                o = out.outputs[0]
+                generated += len(o.token_ids)
+                finish_reason = o.finish_reason
+                start = len(ids)
+                for tid, pos in zip(o.token_ids, o.logprobs or [], strict=False):
+                    if tid in self._special:
+                        continue
+                    entry = pos.get(tid)
+                    ids.append(tid)
+                    lps.append(entry.logprob if entry is not None else float("nan"))
+                    piece = entry.decoded_token if entry is not None else None
+                    pieces.append(piece if piece is not None else self._tokenizer.decode([tid]))
+                if live is not None:
+                    live.feed(ids[start:])
         except asyncio.CancelledError:
             self.aborted += 1  # vLLM's generate() aborts the request on its way out
             raise
         except v.EngineDeadError as err:
             self._die(f"vLLM engine core died: {err}")
             raise EngineError("vllm engine died") from err
-        if final is None or not final.outputs:
+        if not outputs:
             raise EngineError("vLLM returned no output")
-        out = final.outputs[0]
-        ids, lps, pieces = [], [], []
-        for tid, pos in zip(out.token_ids, out.logprobs or [], strict=False):
-            if tid in self._special:
-                continue
-            entry = pos.get(tid)
-            ids.append(tid)
-            lps.append(entry.logprob if entry is not None else float("nan"))
-            piece = entry.decoded_token if entry is not None else None
-            pieces.append(piece if piece is not None else self._tokenizer.decode([tid]))
-        prompt = len(final.prompt_token_ids or ())
         return Attempt(
             temperature,
             ids,
             lps,
             pieces,
-            out.finish_reason,
-            prompt_tokens=prompt,
-            generated=len(out.token_ids),
+            finish_reason,
+            prompt_tokens=prompt_tokens,
+            generated=generated,
         )
 
     def _to_page(

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 import numpy as np
@@ -139,3 +140,67 @@ def page_warnings(best: Attempt, attempts: list[Attempt]) -> list[str]:
     elif best.problem == "max_tokens_reached":
         out.append(f"max_tokens_reached: the page is cut at {len(best.token_ids)} tokens")
     return out
+
+
+class LiveText:
+    """A page's text for a stream, as the model writes it: each new piece goes to `sink` once it is settled.
+
+    What it sends joins into a prefix of the page's text as the engine returns it (decoded, stripped), with
+    two things held back: an incomplete character (a token that ends inside one), and every token that
+    repeats the one `p` tokens before it in a run still going on (p up to max_ngram): a repetition loop's
+    copies are never sent, only what find_loop keeps of it (the text before it and its first copy). Once a
+    run qualifies as a loop (find_loop's rule), nothing more is sent: the page is degenerate.
+    `decode(ids)` is the tokenizer's decoding of special-free token ids, by bytes (byte-level BPE).
+    """
+
+    def __init__(
+        self,
+        decode: Callable[[list[int]], str],
+        sink: Callable[[str], None],
+        max_ngram: int,
+        min_repeats: int,
+        min_tokens: int,
+    ) -> None:
+        self._decode = decode
+        self._sink = sink
+        self._max_ngram = max_ngram
+        self._min_repeats = min_repeats
+        self._min_tokens = min_tokens
+        self._ids: list[int] = []
+        self._runs = [0] * (max_ngram + 1)  # _runs[p]: the last tokens, each equal to the one p before it
+        self._line_start = 0  # tokens before it decode to _lines (whole lines)
+        self._lines = ""
+        self.sent = ""
+        self.looped = False
+
+    def feed(self, ids: Iterable[int]) -> None:
+        if self.looped:
+            return
+        runs = self._runs
+        for token in ids:
+            self._ids.append(token)
+            n = len(self._ids) - 1
+            for p in range(1, self._max_ngram + 1):
+                if p <= n and self._ids[n - p] == token:
+                    runs[p] += 1
+                    covered = runs[p] + p
+                    if covered >= self._min_tokens and covered // p >= self._min_repeats:
+                        self.looped = True
+                        return
+                else:
+                    runs[p] = 0
+        n = len(self._ids)
+        # Up to the first repeated token of any run still going on.
+        settled = min((n - r for r in runs[1:] if r), default=n)
+        if settled <= self._line_start:
+            return
+        tail = self._decode(self._ids[self._line_start : settled])
+        if tail.endswith("\ufffd"):
+            return  # a character not written whole yet
+        text = self._lines + tail
+        if tail.endswith("\n"):
+            self._line_start, self._lines = settled, text
+        live = text.strip()  # as the page's text is: trailing spaces wait for what follows them
+        if len(live) > len(self.sent) and live.startswith(self.sent):
+            piece, self.sent = live[len(self.sent) :], live
+            self._sink(piece)

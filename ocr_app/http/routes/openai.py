@@ -8,10 +8,14 @@ image is read by the pipeline (ocr_app/ocr/pipeline.py), in the order of the mes
 request_timeout_s for the whole request, and the answer is the pages' Markdown (ocr_app/ocr/formats/
 markdown.py: the reading-order Markdown of the rapidocr engine, the model's own text on vllm).
 
-`stream: true` answers as OpenAI's server-sent events once every page is read: nothing is sent before the
-text is final (a degenerate vllm page run again never contradicts what the client already has), so an error
-is still a JSON error with its status. Chat requests are not offered to a canary (ocr_app/fleet/shadow.py
-replays /v1/ocr's JSON only).
+`stream: true` answers as OpenAI's server-sent events, the text as it comes (docs/api.md, Streaming): on
+vllm each page's first attempt as the model writes it (Engine.recognize's `stream`; LiveText holds back a
+repetition loop's copies), pages in order; on rapidocr a line at a time once the page is read. Text sent is
+never taken back: a page the repetition guard ran again gets the rest of its final text if that continues
+what was sent, else nothing more, and the last chunk names it (`ocr_pages_not_as_streamed`). The status goes
+with the first piece of text, so an error before it is a JSON error with its status; one after it is the
+stream's last event (`data: {"error": ...}`). Chat requests are not offered to a canary
+(ocr_app/fleet/shadow.py replays /v1/ocr's JSON only).
 """
 
 from __future__ import annotations
@@ -20,8 +24,9 @@ import asyncio
 import base64
 import binascii
 import json
+import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from fastapi import APIRouter, Depends, Request, Response
@@ -31,6 +36,7 @@ from ...documents.upload import SUPPORTED_TYPES, normalise_media_type, sniff
 from ...errors import (
     InvalidRequest,
     NotReady,
+    OcrError,
     PayloadTooLarge,
     RequestTimeout,
     TooManyPages,
@@ -42,8 +48,9 @@ from ...ocr.formats import markdown
 from ...ocr.pipeline import Job, Trace
 from ...schemas import OcrResponse, Page, Timings
 from ..deps import JSON_TYPE, State, Upload, check_declared_length, require_caller
-from ..errors import ERROR_RESPONSES
+from ..errors import ERROR_RESPONSES, error_body, http_status
 
+log = logging.getLogger("ocr_app.http.openai")
 router = APIRouter(tags=["OpenAI-compatible"])
 
 # The JSON around the images: the messages, their text, the options.
@@ -159,15 +166,18 @@ async def chat_completions(request: Request, state: State, caller: str = Depends
     check_declared_length(request, limit)
     rid: str = request.state.request_id
     total = Trace(bytes=0, pages=0)  # the access log's: the images' bytes and pages read, all together
-    started = time.monotonic()
+    deadline = asyncio.get_running_loop().time() + s.request_timeout_s  # the whole request's, streamed too
+    head = {"id": f"chatcmpl-{rid}", "created": int(time.time()), "model": s.openai_model_name}
     pages: list[Page] = []
     try:
         # The client's leaving stops the work as on /v1/ocr (Upload: from the body's end on).
-        async with asyncio.timeout(s.request_timeout_s), Upload(request, limit) as upload:
+        async with asyncio.timeout_at(deadline), Upload(request, limit) as upload:
             body = await upload.read()
             chat = _parse(body, s.vllm_max_tokens_cap, s.max_pages)
             del body
             upload.body = b""  # the images are in `chat` now: the JSON around them is not kept
+            if chat.stream:
+                return await _stream(request, state, chat, head, deadline, total)
             for ref in chat.images:
                 data, content_type = await _image(ref, state)
                 job = Job(content_type, None, False, chat.max_tokens)
@@ -189,34 +199,25 @@ async def chat_completions(request: Request, state: State, caller: str = Depends
             timings_ms=Timings(queue=0, preprocess=0, inference=0, total=0),
         )
     )
-    finish = "length" if any(w.startswith(LENGTH_WARNING) for p in pages for w in p.warnings) else "stop"
-    head = {
-        "id": f"chatcmpl-{rid}",
-        "created": int(time.time() - (time.monotonic() - started)),
-        "model": s.openai_model_name,
-    }
-    if not chat.stream:
-        return JSONResponse(
-            {
-                **head,
-                "object": "chat.completion",
-                "choices": [
-                    {
-                        "index": 0,
-                        "message": {"role": "assistant", "content": text},
-                        "logprobs": None,
-                        "finish_reason": finish,
-                    }
-                ],
-                "usage": usage(pages),
-            }
-        )
-    return StreamingResponse(
-        _events(head, text, finish, usage(pages) if chat.include_usage else None),
-        media_type="text/event-stream",
-        # nginx passes each event on as it comes (its proxy_buffering is on for the rest).
-        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+    return JSONResponse(
+        {
+            **head,
+            "object": "chat.completion",
+            "choices": [
+                {
+                    "index": 0,
+                    "message": {"role": "assistant", "content": text},
+                    "logprobs": None,
+                    "finish_reason": _finish(pages),
+                }
+            ],
+            "usage": usage(pages),
+        }
     )
+
+
+def _finish(pages: list[Page]) -> str:
+    return "length" if any(w.startswith(LENGTH_WARNING) for p in pages for w in p.warnings) else "stop"
 
 
 def usage(pages: list[Page]) -> dict[str, int]:
@@ -230,31 +231,128 @@ def usage(pages: list[Page]) -> dict[str, int]:
     return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
 
 
+# --- stream: true ---------------------------------------------------------------------------------------
+
+# What the work hands the answer: ("text", piece), ("end", (finish_reason, usage, pages not as streamed)),
+# ("error", OcrError).
+Event = tuple[str, Any]
+
+
+async def _stream(
+    request: Request, state: State, chat: Chat, head: dict[str, Any], deadline: float, total: Trace
+) -> Response:
+    """The answer as OpenAI's server-sent events, its text as the engine writes it. The status is sent
+    with the first piece of text: until then an error is a JSON error with its status, as without
+    `stream`; after it, the stream's last event is `data: {"error": {...}}` (which OpenAI's clients raise)."""
+    events: asyncio.Queue[Event] = asyncio.Queue()
+    work = asyncio.create_task(_produce(request, state, chat, deadline, total, events.put_nowait))
+    try:
+        first = await events.get()
+    except BaseException:  # the deadline, the client gone: the work goes with the request
+        work.cancel()
+        raise
+    if first[0] == "error":
+        raise first[1]
+    return StreamingResponse(
+        _events(request, head, first, events, work, chat.include_usage),
+        media_type="text/event-stream",
+        # nginx passes each event on as it comes (its proxy_buffering is on for the rest).
+        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+    )
+
+
+async def _produce(
+    request: Request, state: State, chat: Chat, deadline: float, total: Trace, put: Callable[[Event], None]
+) -> None:
+    """The images read in order; each page's text put as it comes: the page's first attempt as the vllm
+    engine writes it (Engine.recognize's `stream`), then what the finished page adds to what was sent, a line
+    a piece (the whole page so on the rapidocr engine). A page whose final text does not continue what was
+    sent of it (the repetition guard ran it again and the new answer reads otherwise) gets nothing more and
+    is named in the end event."""
+    s = state.settings
+    rid: str = request.state.request_id
+    writer = markdown.Writer(state.engine.name, state.engine.model, 0)
+    pages: list[Page] = []
+    diverged: list[int] = []
+    try:
+        async with asyncio.timeout_at(deadline):
+            images = [await _image(ref, state) for ref in chat.images]  # a refused URL before any text
+            for data, content_type in images:
+                sent = ""  # of this image's first page, the one page that streams live (pages in order)
+
+                def live(i: int, piece: str) -> None:
+                    nonlocal sent
+                    if i == 0:
+                        piece = (writer.separator.decode() if pages and not sent else "") + piece
+                        sent += piece
+                        put(("text", piece))
+
+                job = Job(content_type, None, False, chat.max_tokens)
+                answer = await state.pipeline.run(_const(data), job, rid, stream=live)
+                total.bytes, total.pages = (total.bytes or 0) + len(data), len(pages) + len(answer.pages)
+                request.state.bytes, request.state.pages = total.bytes, total.pages
+                if len(pages) + len(answer.pages) > s.max_pages:
+                    raise TooManyPages(f"the images hold more than {s.max_pages} pages (max_pages)")
+                for j, page in enumerate(answer.pages):
+                    text = writer.page(page).decode("utf-8")
+                    already = sent if j == 0 else ""
+                    if text.startswith(already):
+                        for line in text[len(already) :].splitlines(keepends=True):
+                            put(("text", line))
+                    else:
+                        diverged.append(len(pages) + 1)
+                    pages.append(page)
+    except TimeoutError:
+        put(("error", RequestTimeout(s.request_timeout_s)))
+    except OcrError as err:
+        put(("error", err))
+    except Exception:
+        log.exception("chat completion failed while streaming", extra={"request_id": rid})
+        put(("error", OcrError("the answer failed; see the server's log")))
+    else:
+        put(("end", (_finish(pages), usage(pages), diverged)))
+
+
 async def _events(
-    head: dict[str, Any], text: str, finish: str, usage: dict[str, int] | None
+    request: Request,
+    head: dict[str, Any],
+    first: Event,
+    events: asyncio.Queue[Event],
+    work: asyncio.Task[None],
+    include_usage: bool,
 ) -> AsyncIterator[str]:
-    """OpenAI's chunks: the role first, then the text a line at a time, the finish reason in the last chunk
-    (with an empty delta), the usage chunk if asked for (stream_options.include_usage), then [DONE]."""
+    """OpenAI's chunks: the role first, then the text as it comes, the finish reason in the last chunk (with
+    an empty delta, and `ocr_pages_not_as_streamed` where a page's streamed text is not its final text), the
+    usage chunk if asked for (stream_options.include_usage), then [DONE]. The client's leaving cancels it,
+    and the work with it."""
+
+    def data(body: dict[str, Any]) -> str:
+        return "data: " + json.dumps(body) + "\n\n"
 
     def chunk(delta: dict[str, str], finish_reason: str | None = None, **extra: Any) -> str:
         choices = [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}]
-        return (
-            "data: "
-            + json.dumps({**head, "object": "chat.completion.chunk", "choices": choices, **extra})
-            + "\n\n"
-        )
+        return data({**head, "object": "chat.completion.chunk", "choices": choices, **extra})
 
-    yield chunk({"role": "assistant", "content": ""})
-    for line in text.splitlines(keepends=True):
-        yield chunk({"content": line})
-    yield chunk({}, finish)
-    if usage is not None:
-        yield (
-            "data: "
-            + json.dumps({**head, "object": "chat.completion.chunk", "choices": [], "usage": usage})
-            + "\n\n"
-        )
-    yield "data: [DONE]\n\n"
+    try:
+        yield chunk({"role": "assistant", "content": ""})
+        event = first
+        while event[0] == "text":
+            yield chunk({"content": event[1]})
+            event = await events.get()
+        if event[0] == "error":
+            err: OcrError = event[1]
+            request.state.error = err.code
+            yield data(
+                error_body(http_status(err), err.code, err.message, request.state.request_id, err.param)
+            )
+            return
+        finish, counted, diverged = event[1]
+        yield chunk({}, finish, **({"ocr_pages_not_as_streamed": diverged} if diverged else {}))
+        if include_usage:
+            yield data({**head, "object": "chat.completion.chunk", "choices": [], "usage": counted})
+        yield "data: [DONE]\n\n"
+    finally:
+        work.cancel()
 
 
 def _const(data: bytes) -> Any:
