@@ -40,7 +40,8 @@ def test_a_page_s_truth_follows_the_reader_s_order(tmp_path) -> None:
     pdf = FPDF(unit="pt", format="letter")
     pdf.add_page()
     pdf.set_font("helvetica", size=11)
-    for x, y, text in [(60, 100, "left one"), (60, 300, "left two con-"), (60, 314, "tinued"), (340, 100, "right one")]:
+    lines = [(60, 100, "left one"), (60, 300, "left two con-"), (60, 314, "tinued"), (340, 100, "right one")]
+    for x, y, text in lines:
         pdf.text(x, y, text)
     path = tmp_path / "two.pdf"
     pdf.output(str(path))
