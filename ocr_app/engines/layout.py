@@ -203,7 +203,7 @@ def reading_groups(boxes: list[Box]) -> list[list[int]]:
         if not len(starts):
             return []
         end = int(starts[0])
-        head = ids[:end].tolist()
+        head: list[int] = ids[:end].tolist()
         if y0s[ids[end]] - bottom[end - 1] < HEAD_GAP * h or len(line_rows(boxes, head)) != 1:
             return []
         return head
