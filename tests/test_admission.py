@@ -86,3 +86,63 @@ def test_a_cancelled_waiter_passes_its_turn_on():
         return order
 
     assert asyncio.run(scenario()) == ["next"]
+
+
+def test_interactive_requests_queue_up_to_max_queue_then_get_503():
+    async def scenario() -> None:
+        a = Admission(2, 2, None)
+        release = asyncio.Event()
+
+        async def hold() -> float:
+            async with a.slot() as waited:
+                await release.wait()
+                return waited
+
+        tasks = [asyncio.create_task(hold()) for _ in range(4)]  # 2 in flight, 2 queued: at the limit
+        await asyncio.sleep(0)
+        assert (a.inflight, a.queued) == (2, 2)
+        with pytest.raises(Overloaded) as err:  # one past it
+            async with a.slot():
+                pass
+        # Retry after 1 s plus a second for each max_concurrency requests queued: 1 + 2 // 2.
+        assert err.value.retry_after_s == 2
+        release.set()
+        assert all(w >= 0 for w in await asyncio.gather(*tasks))
+        assert (a.inflight, a.queued) == (0, 0)
+
+        # Queued requests wait while a slot is free to take: only a full house refuses.
+        b = Admission(1, 0, None)
+        async with b.slot():
+            with pytest.raises(Overloaded) as err:
+                async with b.slot():
+                    pass
+            assert err.value.retry_after_s == 1
+        async with b.slot():
+            assert b.inflight == 1
+
+        # The retry hint divides by max_concurrency: 1 + 2 // 1 with one slot and two queued.
+        c = Admission(1, 2, None)
+        gate = asyncio.Event()
+
+        async def hold_c() -> None:
+            async with c.slot():
+                await gate.wait()
+
+        held = [asyncio.create_task(hold_c()) for _ in range(3)]
+        await asyncio.sleep(0)
+        with pytest.raises(Overloaded) as err:
+            async with c.slot():
+                pass
+        assert err.value.retry_after_s == 3
+        gate.set()
+        await asyncio.gather(*held)
+
+    asyncio.run(scenario())
+
+
+def test_draining_follows_the_drain_file(tmp_path):
+    assert not Admission(1, 1, None).draining
+    a = Admission(1, 1, tmp_path / "drain")
+    assert not a.draining
+    (tmp_path / "drain").touch()
+    assert a.draining

@@ -375,6 +375,73 @@ def test_sign_and_verify():
     assert webhooks.verify(secret, header + ",v1=00", body, now=1_700_000_000)  # any v1 may match
 
 
+def test_verify_at_its_limits():
+    secret = webhooks.secret_for_key("ocr_key")
+    body = b"{}"
+    t = 1_700_000_000
+    header = f"t={t},v1={published_signature('ocr_key', t, body)}"
+    # tolerance_s either side of t, at the limit and one second past it.
+    assert webhooks.verify(secret, header, body, now=t + 300) and webhooks.verify(
+        secret, header, body, now=t - 300
+    )
+    assert not webhooks.verify(secret, header, body, now=t + 301)
+    assert not webhooks.verify(secret, header, body, now=t - 301)
+    # t has at most 12 digits.
+    for t, ok in ((999_999_999_999, True), (1_000_000_000_000, False)):
+        header = f"t={t},v1={published_signature('ocr_key', t, body)}"
+        assert webhooks.verify(secret, header, body, now=t) is ok
+    assert not webhooks.verify(secret, "t=1700000000,v1", body, now=1_700_000_000)
+
+
+def test_headers_sign_only_with_a_secret():
+    body = b'{"a":1}'
+    assert webhooks.headers("d-1", body, None) == {
+        "Content-Type": "application/json",
+        "X-OCR-Webhook-Id": "d-1",
+        "User-Agent": "ocr-app-webhook",
+    }
+    signed = webhooks.headers("d-1", body, webhooks.secret_for_key("ocr_key"))
+    t, v1 = (part.split("=", 1)[1] for part in signed["X-OCR-Signature"].split(","))
+    assert v1 == published_signature("ocr_key", int(t), body)
+
+
+@pytest.mark.parametrize(
+    ("status", "outcome"),
+    [
+        (199, "failed"),
+        (200, "delivered"),
+        (299, "delivered"),
+        (300, "failed"),
+        (499, "failed"),
+        (500, "retry"),
+    ],
+)
+def test_classify_at_each_boundary(status, outcome):
+    assert webhooks.classify(status) == outcome
+
+
+def test_backoff_at_the_cap_and_the_jitters_ends():
+    class End(random.Random):
+        """A generator whose uniform(a, b) answers one end, a or b, and records what it was asked."""
+
+        def __init__(self, top: bool) -> None:
+            super().__init__(0)
+            self.top, self.asked = top, []
+
+        def uniform(self, a: float, b: float) -> float:
+            self.asked.append((a, b))
+            return b if self.top else a
+
+    top, bottom = End(True), End(False)
+    # base * 2 ** (attempts - 1), capped at 900 s: 112.5 * 2**3 is the cap itself, one attempt more past it.
+    for attempts, full in ((0, 112.5), (1, 112.5), (2, 225), (4, 900), (5, 900)):
+        assert webhooks.backoff(attempts, 112.5, top) == full
+        assert webhooks.backoff(attempts, 112.5, bottom) == full / 2
+    assert set(top.asked) == {(0.5, 1.0)}
+    for _ in range(20):  # the module's own generator, within the same ends
+        assert 450 <= webhooks.backoff(5, 112.5) <= 900
+
+
 def test_allowed_urls():
     prefixes = ["https://hooks.example.com/ocr/", "http://10.0.0.5:8080/in"]
     for url in (
