@@ -18,7 +18,8 @@ while the module's tests are unchanged too, so a test written to kill it is trie
 Left out, as skipped: operators in EXCLUDED_OPERATORS (cosmic-ray's operators filter), mutants in annotations
 (never evaluated: the modules use `from __future__ import annotations`), and mutants argued equivalent by a
 comment on their line or the line above, `# mutation: <operator> ... equivalent because ...`, where <operator>
-is the start of cosmic-ray's operator name (ReplaceComparisonOperator_Lt_LtE, NumberReplacer, ...).
+is the start of cosmic-ray's operator name (ReplaceComparisonOperator_Lt_LtE, NumberReplacer, ...);
+`# mutation: <operator> to `<text>` ...` covers only the mutants whose line then holds <text>.
 
 The report (printed, and in build/mutate/report.txt): per module killed/total and the score, each survivor
 with file, line and the mutation, then the mutants argued equivalent (`=`), left out of the score.
@@ -39,6 +40,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 BUILD = ROOT / "build" / "mutate"
@@ -89,7 +91,7 @@ EXCLUDED_OPERATORS = [
     rf"core/ReplaceBinaryOperator_(?!({'|'.join(KEPT_BINARY.split())})$)",
     rf"core/ReplaceComparisonOperator_(?!({'|'.join(KEPT_COMPARISON.split())})$)",
 ]
-EQUIVALENT_RE = re.compile(r"#\s*mutation:\s*(\w+)")
+EQUIVALENT_RE = re.compile(r"#\s*mutation:\s*(\w+)(?:\s+to\s+`([^`]+)`)?")
 
 
 def ast_digest(path: Path) -> str:
@@ -150,12 +152,23 @@ def in_spans(spans: set[tuple[int, int, int, int]], start: tuple[int, int]) -> b
     return any((l0, c0) <= (line, col) < (l1, c1) for l0, c0, l1, c1 in spans)
 
 
-def argued_equivalent(lines: list[str], line: int, operator: str) -> bool:
-    """A `# mutation: <operator>` comment on the mutated line or the line above covers this operator."""
-    name = operator.removeprefix("core/")
+def argued_equivalent(source: str, line: int, mutation: Any) -> bool:
+    """A `# mutation: <operator>` comment on the mutated line or the line above covers this mutant; with a
+    `snippet` in backticks, only a mutant whose line then reads so."""
+    from cosmic_ray.mutating import mutate_code
+    from cosmic_ray.plugins import get_operator
+
+    name = mutation.operator_name.removeprefix("core/")
+    lines = source.splitlines()
     for text in lines[max(line - 2, 0) : line]:
         match = EQUIVALENT_RE.search(text)
-        if match and name.startswith(match.group(1)):
+        if not match or not name.startswith(match.group(1)):
+            continue
+        if match.group(2) is None:
+            return True
+        operator = get_operator(mutation.operator_name)(**(mutation.operator_args or {}))
+        mutated = mutate_code(source, operator, mutation.occurrence)
+        if mutated is not None and match.group(2) in mutated.splitlines()[line - 1]:
             return True
     return False
 
@@ -209,7 +222,7 @@ def prepare(name: str, module: Module, tree: Path, env: dict[str, str], timeout:
     fresh.unlink(missing_ok=True)
     run_quiet([str(Path(sys.executable).parent / "cosmic-ray"), "init", str(config), str(fresh)], tree, env)
     run_quiet([str(Path(sys.executable).parent / "cr-filter-operators"), str(fresh), str(config)], tree, env)
-    sources = {f: (tree / f).read_text().splitlines() for f in module.files}
+    sources = {f: (tree / f).read_text() for f in module.files}
     spans = {f: annotation_lines(tree / f) for f in module.files}
     with use_db(fresh, WorkDB.Mode.open) as db:
         done = {job_id for job_id, _ in db.results}
@@ -223,7 +236,7 @@ def prepare(name: str, module: Module, tree: Path, env: dict[str, str], timeout:
                 db.set_result(
                     item.job_id, WorkResult(output="annotation", worker_outcome=WorkerOutcome.SKIPPED)
                 )
-            elif argued_equivalent(sources[path], line, mutation.operator_name):
+            elif argued_equivalent(sources[path], line, mutation):
                 db.set_result(
                     item.job_id, WorkResult(output="argued equivalent", worker_outcome=WorkerOutcome.SKIPPED)
                 )

@@ -4,6 +4,7 @@ gate that hands a free worker to an interactive page before a job page (Priority
 from __future__ import annotations
 
 import asyncio
+import time
 
 import pytest
 
@@ -28,7 +29,7 @@ def test_job_pages_start_only_while_interactive_requests_leave_room():
             with pytest.raises(Overloaded) as err:
                 async with a.background_slot():
                     pass
-            assert (http_status(err.value), err.value.code) == (503, "overloaded")
+            assert (http_status(err.value), err.value.code, err.value.retry_after_s) == (503, "overloaded", 1)
             # Job pages never take an interactive slot: two interactive requests still get in at once.
             async with a.slot(), a.slot():
                 assert (a.inflight, a.queued) == (2, 0)
@@ -40,6 +41,17 @@ def test_job_pages_start_only_while_interactive_requests_leave_room():
             assert b.background_may_start()
             async with b.slot():
                 assert not b.background_may_start()
+
+        # A queued interactive request counts as much as one in flight.
+        c = Admission(1, 4, None, background_max=4, background_max_interactive=1, yield_s=0)
+        async with c.slot():
+            assert c.background_may_start()
+            waiting = asyncio.create_task(c.slot().__aenter__())
+            await asyncio.sleep(0)
+            assert c.queued == 1 and not c.background_may_start()
+            waiting.cancel()
+            await asyncio.gather(waiting, return_exceptions=True)
+            assert c.queued == 0 and c.background_may_start()
 
     asyncio.run(scenario())
 
@@ -98,6 +110,7 @@ def test_interactive_requests_queue_up_to_max_queue_then_get_503():
                 await release.wait()
                 return waited
 
+        started = time.perf_counter()
         tasks = [asyncio.create_task(hold()) for _ in range(4)]  # 2 in flight, 2 queued: at the limit
         await asyncio.sleep(0)
         assert (a.inflight, a.queued) == (2, 2)
@@ -107,8 +120,14 @@ def test_interactive_requests_queue_up_to_max_queue_then_get_503():
         # Retry after 1 s plus a second for each max_concurrency requests queued: 1 + 2 // 2.
         assert err.value.retry_after_s == 2
         release.set()
-        assert all(w >= 0 for w in await asyncio.gather(*tasks))
+        waited = await asyncio.gather(*tasks)
+        # The seconds each spent queued: within the time since they were started.
+        assert all(0 <= w <= time.perf_counter() - started for w in waited)
         assert (a.inflight, a.queued) == (0, 0)
+        # By default one job page at a time (background_max 1), at once (yield_s 0).
+        assert a.background_may_start()
+        async with a.background_slot():
+            assert not a.background_may_start()
 
         # Queued requests wait while a slot is free to take: only a full house refuses.
         b = Admission(1, 0, None)

@@ -23,6 +23,7 @@ class Admission:
         drain_file: Path | None,
         background_max: int = 1,
         background_max_interactive: int = 0,
+        # mutation: NumberReplacer to `-1.0` is equivalent: the time since the last interactive one is >= 0.
         yield_s: float = 0.0,
     ):
         self.max_concurrency = max_concurrency
