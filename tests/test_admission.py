@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import asyncio
 import time
+import types
 
 import pytest
 
 from ocr_app.engines.base import PriorityGate
 from ocr_app.errors import Overloaded
 from ocr_app.http.errors import http_status
+from ocr_app.ocr import admission
 from ocr_app.ocr.admission import Admission
 
 
@@ -165,3 +167,15 @@ def test_draining_follows_the_drain_file(tmp_path):
     assert not a.draining
     (tmp_path / "drain").touch()
     assert a.draining
+
+
+def test_job_pages_wait_yield_s_after_an_interactive_request_and_no_longer(monkeypatch):
+    # The module's clock, set by hand: the last interactive request ended at 40 s, yield_s is 60.
+    now = {"t": 0.0}
+    monkeypatch.setattr(admission, "time", types.SimpleNamespace(monotonic=lambda: now["t"]))
+    a = Admission(1, 1, None, yield_s=60)
+    a._interactive_ended = 40.0
+    now["t"] = 99.5
+    assert not a.background_may_start()
+    now["t"] = 100.0  # yield_s since it ended: at the limit, no longer held up
+    assert a.background_may_start()
