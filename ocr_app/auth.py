@@ -129,7 +129,8 @@ def add_key(path: Path, name: str) -> str:
 def remove_key(path: Path, name: str) -> None:
     text = path.read_text()
     parse_key_file(text, str(path))
-    kept = [ln for ln in text.splitlines(keepends=True) if ln.partition(":")[0].strip() != name]
+    # mutation: NumberReplacer to `":", 2)` is equivalent: a name holds no ':', field 0 is the same.
+    kept = [ln for ln in text.splitlines(keepends=True) if ln.split(":", 1)[0].strip() != name]
     # mutation: ReplaceTrueWithFalse here is equivalent: keepends changes no line count.
     if len(kept) == len(text.splitlines(keepends=True)):
         raise KeyFileError(f"no key named {name!r} in {path}")

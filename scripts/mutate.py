@@ -34,6 +34,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -336,6 +337,19 @@ def report(names: list[str]) -> str:
     return "\n".join(out) + "\n"
 
 
+def stop(signum: int, frame: object) -> None:
+    """On SIGTERM or Ctrl-C: end the test run under way too (cosmic-ray starts it in a session of its own,
+    out of reach of the terminal's signal), then leave through the cleanups (the copy is removed)."""
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            pid, ppid = int(stat.parent.name), int(stat.read_text().rsplit(")", 1)[1].split()[1])
+            if ppid == os.getpid():
+                os.killpg(pid, signal.SIGKILL)
+        except (OSError, ValueError, IndexError):
+            continue
+    sys.exit(f"mutate: stopped by signal {signum}; the sessions keep what was done")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -353,6 +367,8 @@ def main() -> None:
         print(report(names), end="")
         return
     deadline = time.monotonic() + args.budget
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
     with tempfile.TemporaryDirectory(prefix="ocrfleet-mutate-") as tmp:
         tree = Path(tmp)
         copy_tree(tree)
