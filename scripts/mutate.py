@@ -6,10 +6,10 @@ files) in a temporary folder, never in the checkout: a killed run leaves at most
 copy is imported through PYTHONPATH, ahead of the checkout's editable install, for the tests and the servers
 they start alike.
 
-Each module (MODULES) is mutated against the tests that reach it only, in one process, stopping at the first
-failure. A baseline run on the unmutated copy times those tests; each mutant may take TIMEOUT_FACTOR times
-that (a mutant that runs past it counts as killed, as cosmic-ray counts it), and the whole run stops starting
-mutants once --budget seconds have gone; a later run goes on where it stopped.
+Each module (MODULES) is mutated against the tests that reach it only (files, or pytest's node ids), in one
+process, stopping at the first failure. A baseline run on the unmutated copy times those tests; each mutant
+may take TIMEOUT_FACTOR times that (a mutant that runs past it counts as killed, as cosmic-ray counts it), and
+the whole run stops starting mutants once --budget seconds have gone; a later run goes on where it stopped.
 
 Sessions (cosmic-ray's SQLite work databases) are kept in build/mutate/ (git-ignored), one per module. A new
 run carries a mutant's result over while its module's code is unchanged (comments aside); a survivor's only
@@ -60,8 +60,16 @@ MODULES: dict[str, Module] = {
     "webhooks": Module(
         ("ocr_app/jobs/webhooks.py", "ocr_app/jobs/deliveries.py"), ("tests/test_job_webhooks.py",)
     ),
-    "egress": Module(
-        ("ocr_app/egress.py", "ocr_app/urls.py", "ocr_app/jobs/fetch.py"), ("tests/test_jobs_url.py",)
+    "egress": Module(("ocr_app/egress.py", "ocr_app/jobs/fetch.py"), ("tests/test_jobs_url.py",)),
+    # Which URLs a webhook may go to: its unit tests (the app's submit check calls the same function).
+    "urls": Module(
+        ("ocr_app/urls.py",),
+        (
+            "tests/test_job_webhooks.py::test_url_rules_at_their_limits",
+            "tests/test_job_webhooks.py::test_prefix_problems_and_what_a_log_line_names",
+            "tests/test_job_webhooks.py::test_allowed_urls",
+            "tests/test_job_webhooks.py::test_allowed_urls_are_checked_at_start",
+        ),
     ),
     "admission": Module(("ocr_app/ocr/admission.py",), ("tests/test_admission.py",)),
     "health": Module(("ocr_app/ocr/health.py",), ("tests/test_health.py",)),
@@ -103,7 +111,7 @@ def ast_digest(path: Path) -> str:
 def files_digest(root: Path, files: tuple[str, ...]) -> str:
     digest = hashlib.sha256()
     for name in files:
-        digest.update(name.encode() + b"\0" + (root / name).read_bytes() + b"\0")
+        digest.update(name.encode() + b"\0" + (root / name.split("::")[0]).read_bytes() + b"\0")
     return digest.hexdigest()
 
 

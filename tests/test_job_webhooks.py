@@ -22,6 +22,7 @@ import httpx
 import psycopg
 import pytest
 
+from ocr_app import urls
 from ocr_app.config import ConfigError, load_settings
 from ocr_app.errors import InvalidWebhook
 from ocr_app.http.errors import http_status
@@ -466,6 +467,43 @@ def test_allowed_urls():
     ):
         assert not allowed(url, prefixes), url
     assert not allowed("https://hooks.example.com/ocr/a", [])
+
+
+def test_url_rules_at_their_limits():
+    base = "https://h.example/x/"
+    at_limit = base + "a" * (urls.MAX_URL_LENGTH - len(base))
+    assert len(at_limit) == 2000 and urls.parse(at_limit) is not None
+    assert urls.parse(at_limit + "a") is None  # one past
+    for bad in (
+        "https://h.example/x/\x1f",
+        "https://h.example/x/\x7f",
+        "https://h.example/x\\y",
+        "ftp://h.example/",
+    ):
+        assert urls.parse(bad) is None, repr(bad)
+    assert urls.parse("https://h.example/x/~!$&'()*+,;=:@") is not None
+    # Default ports: 443 for https, 80 for http, written or not.
+    assert allowed("http://h.example:80/in/a", ["http://h.example/in"])
+    assert allowed("https://h.example/in/a", ["https://h.example:443/in"])
+    assert not allowed("http://h.example:443/in/a", ["http://h.example/in"])
+    # A prefix without a path opens the whole host; one with a path only what lies under it.
+    assert allowed("https://h.example/any", ["https://h.example"])
+    assert not allowed("https://h.example/", ["https://h.example/in"])
+    # Another prefix in the list may open what the first does not.
+    assert allowed("https://h.example/in/a", ["https://other.example/in", "https://h.example/in"])
+    assert allowed("https://h.example/in/a", ["not a url", "https://h.example/in"])
+
+
+def test_prefix_problems_and_what_a_log_line_names():
+    assert urls.prefix_problem("https://h.example/in/") is None
+    for bad, why in (
+        ("https://h.example/in?q=1", "no query or fragment"),
+        ("https://h.example/in#f", "no query or fragment"),
+        ("https://u@h.example/in", "not an http(s) URL"),
+    ):
+        assert why in (urls.prefix_problem(bad) or ""), bad
+    assert urls.host_of("https://h.example:8443/in/secret?token=1") == "https://h.example"
+    assert urls.host_of("nothing") == "(invalid)"
 
 
 def test_backoff_doubles_is_capped_and_jittered():
