@@ -173,7 +173,9 @@ def test_job_pages_wait_yield_s_after_an_interactive_request_and_no_longer(monke
     # The module's clock, set by hand: the last interactive request ended at 40 s, yield_s is 60.
     now = {"t": 0.0}
     monkeypatch.setattr(admission, "time", types.SimpleNamespace(monotonic=lambda: now["t"]))
+    now["t"] = 10.0  # a clock that started less than yield_s ago: no interactive request yet, no wait
     a = Admission(1, 1, None, yield_s=60)
+    assert a.background_may_start()
     a._interactive_ended = 40.0
     now["t"] = 99.5
     assert not a.background_may_start()

@@ -486,6 +486,8 @@ def test_url_rules_at_their_limits():
     assert allowed("http://h.example:80/in/a", ["http://h.example/in"])
     assert allowed("https://h.example/in/a", ["https://h.example:443/in"])
     assert not allowed("http://h.example:443/in/a", ["http://h.example/in"])
+    assert not allowed("http://h.example:81/in/a", ["http://h.example/in"])  # one past each default
+    assert not allowed("https://h.example:444/in/a", ["https://h.example/in"])
     # A prefix without a path opens the whole host; one with a path only what lies under it.
     assert allowed("https://h.example/any", ["https://h.example"])
     assert not allowed("https://h.example/", ["https://h.example/in"])
