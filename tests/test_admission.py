@@ -181,3 +181,7 @@ def test_job_pages_wait_yield_s_after_an_interactive_request_and_no_longer(monke
     assert not a.background_may_start()
     now["t"] = 100.0  # yield_s since it ended: at the limit, no longer held up
     assert a.background_may_start()
+    # One that just ended counts as one interactive request: allowed beside background_max_interactive=1.
+    b = Admission(1, 1, None, background_max_interactive=1, yield_s=60)
+    b._interactive_ended = 99.5
+    assert b.background_may_start()

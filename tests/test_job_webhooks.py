@@ -486,8 +486,11 @@ def test_url_rules_at_their_limits():
     assert allowed("http://h.example:80/in/a", ["http://h.example/in"])
     assert allowed("https://h.example/in/a", ["https://h.example:443/in"])
     assert not allowed("http://h.example:443/in/a", ["http://h.example/in"])
-    assert not allowed("http://h.example:81/in/a", ["http://h.example/in"])  # one past each default
-    assert not allowed("https://h.example:444/in/a", ["https://h.example/in"])
+    for port in (79, 81):  # either side of each default
+        assert not allowed(f"http://h.example:{port}/in/a", ["http://h.example/in"])
+    for port in (442, 444):
+        assert not allowed(f"https://h.example:{port}/in/a", ["https://h.example/in"])
+    assert not allowed("https://h.example:8443/in/a", ["https://h.example:9443/in"])
     # A prefix without a path opens the whole host; one with a path only what lies under it.
     assert allowed("https://h.example/any", ["https://h.example"])
     assert not allowed("https://h.example/", ["https://h.example/in"])
