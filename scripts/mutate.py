@@ -17,9 +17,10 @@ while the module's tests are unchanged too, so a test written to kill it is trie
 
 Left out, as skipped: operators in EXCLUDED_OPERATORS (cosmic-ray's operators filter), mutants in annotations
 (never evaluated: the modules use `from __future__ import annotations`), and mutants argued equivalent by a
-comment on their line or the line above, `# mutation: <operator> ... equivalent because ...`, where <operator>
-is the start of cosmic-ray's operator name (ReplaceComparisonOperator_Lt_LtE, NumberReplacer, ...);
-`# mutation: <operator> to `<text>` ...` covers only the mutants whose line then holds <text>.
+comment on their line or in the comment lines right above it, `# mutation: <operator> ... equivalent because
+...`, where <operator> is the start of cosmic-ray's operator name (ReplaceComparisonOperator_Lt_LtE,
+NumberReplacer, ...); `# mutation: <operator> to `<text>` ...` covers only the mutants whose line then holds
+<text>.
 
 The report (printed, and in build/mutate/report.txt): per module killed/total and the score, each survivor
 with file, line and the mutation, then the mutants argued equivalent (`=`), left out of the score.
@@ -162,16 +163,18 @@ def in_spans(spans: set[tuple[int, int, int, int]], start: tuple[int, int]) -> b
 
 
 def argued_equivalent(source: str, line: int, mutation: Any) -> bool:
-    """A `# mutation: <operator>` comment on the mutated line or the line above covers this mutant; with a
-    `snippet` in backticks, only a mutant whose line then reads so."""
+    """A `# mutation: <operator>` comment on the mutated line or in the comment lines right above it covers
+    this mutant; with a `snippet` in backticks, only a mutant whose line then reads so."""
     from cosmic_ray.mutating import mutate_code
     from cosmic_ray.plugins import get_operator
 
     name = mutation.operator_name.removeprefix("core/")
     lines = source.splitlines()
-    for text in lines[max(line - 2, 0) : line]:
-        match = EQUIVALENT_RE.search(text)
-        if not match or not name.startswith(match.group(1)):
+    above = line - 1  # the comment lines right above the mutated line, and the line itself
+    while above > 0 and lines[above - 1].lstrip().startswith("#"):
+        above -= 1
+    for match in EQUIVALENT_RE.finditer("\n".join(lines[above:line])):
+        if not name.startswith(match.group(1)):
             continue
         if match.group(2) is None:
             return True
