@@ -56,10 +56,29 @@ class Module:
     tests: tuple[str, ...]
 
 
+WEBHOOK_UNIT_TESTS = (
+    "test_sign_and_verify",
+    "test_verify_at_its_limits",
+    "test_headers_sign_only_with_a_secret",
+    "test_payload_flattens_the_status",
+    "test_classify_at_each_boundary",
+    "test_backoff_doubles_is_capped_and_jittered",
+    "test_backoff_at_the_cap_and_the_jitters_ends",
+)
 MODULES: dict[str, Module] = {
     "auth": Module(("ocr_app/auth.py",), ("tests/test_auth.py",)),
+    # What a webhook sends, how it is signed and when again: the unit tests (the app's, with a receiver,
+    # take half a minute each run on these cores).
     "webhooks": Module(
-        ("ocr_app/jobs/webhooks.py", "ocr_app/jobs/deliveries.py"), ("tests/test_job_webhooks.py",)
+        ("ocr_app/jobs/webhooks.py",),
+        tuple(f"tests/test_job_webhooks.py::{name}" for name in WEBHOOK_UNIT_TESTS),
+    ),
+    # The delivery rows' claims and leases, on PostgreSQL.
+    "deliveries": Module(
+        ("ocr_app/jobs/deliveries.py",),
+        (
+            "tests/test_job_webhooks.py::test_a_dead_senders_delivery_is_taken_by_another_once_its_lease_expires",
+        ),
     ),
     "egress": Module(("ocr_app/egress.py", "ocr_app/jobs/fetch.py"), ("tests/test_jobs_url.py",)),
     # Which URLs a webhook may go to: its unit tests (the app's submit check calls the same function).

@@ -406,6 +406,28 @@ def test_headers_sign_only_with_a_secret():
     assert v1 == published_signature("ocr_key", int(t), body)
 
 
+def test_payload_flattens_the_status():
+    status = {
+        "job_id": "j-1",
+        "status": "done",
+        "pages": {"total": 3, "done": 2, "failed": 1},
+        "finished_at": "t",
+    }
+    body = webhooks.payload(status, "https://s/status", "https://s/result")
+    assert b" " not in body  # compact
+    assert json.loads(body) == {
+        "event": "job.finished",
+        "job_id": "j-1",
+        "status": "done",
+        "pages_total": 3,
+        "pages_done": 2,
+        "pages_failed": 1,
+        "finished_at": "t",
+        "status_url": "https://s/status",
+        "result_url": "https://s/result",
+    }
+
+
 @pytest.mark.parametrize(
     ("status", "outcome"),
     [
