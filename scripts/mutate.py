@@ -67,6 +67,7 @@ WEBHOOK_UNIT_TESTS = (
 )
 MODULES: dict[str, Module] = {
     "auth": Module(("ocr_app/auth.py",), ("tests/test_auth.py",)),
+    "admission": Module(("ocr_app/ocr/admission.py",), ("tests/test_admission.py",)),
     # What a webhook sends, how it is signed and when again: the unit tests (the app's, with a receiver,
     # take half a minute each run on these cores).
     "webhooks": Module(
@@ -91,7 +92,6 @@ MODULES: dict[str, Module] = {
             "tests/test_job_webhooks.py::test_allowed_urls_are_checked_at_start",
         ),
     ),
-    "admission": Module(("ocr_app/ocr/admission.py",), ("tests/test_admission.py",)),
     "health": Module(("ocr_app/ocr/health.py",), ("tests/test_health.py",)),
     "store": Module(("ocr_app/jobs/store.py",), ("tests/test_jobs_store.py",)),
     "documents": Module(
