@@ -10,6 +10,7 @@ only if the connection goes to the address the guard checked, with no second loo
 
 from __future__ import annotations
 
+import asyncio
 import ipaddress
 import json
 import threading
@@ -18,7 +19,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import httpx
 import pytest
 
-from ocr_app.egress import refusal
+from ocr_app.egress import Policy, refusal
 from ocr_app.errors import (
     LinkLocalRefused,
     LoopbackRefused,
@@ -28,6 +29,7 @@ from ocr_app.errors import (
     ReservedRefused,
     UniqueLocalRefused,
 )
+from ocr_app.jobs.fetch import fetch
 
 from .test_errors import assert_error
 from .test_jobs import PDF_TYPE, StallServer, doc, make_server, wait_status
@@ -37,8 +39,9 @@ MAX_REDIRECTS = 2
 
 
 class Documents:
-    """/doc.pdf, /big (Content-Length over the limit), /drip-big (chunked, over it), /text, /missing,
-    /to?url=U (a 302 to U), /hops/N (N redirects, then /doc.pdf). Counts the GETs of each path."""
+    """/doc.pdf, /located (it, with a Location header), /big (Content-Length over the limit), /drip-big
+    (chunked, over it), /text, /missing, /to?url=U (a 302 to U), /hops/N (N redirects, then /doc.pdf).
+    Counts the GETs of each path."""
 
     def __init__(self, pdf: bytes):
         self.pdf = pdf
@@ -51,6 +54,10 @@ class Documents:
                 outer.gets[path] = outer.gets.get(path, 0) + 1
                 if path == "/doc.pdf":
                     self._send(200, outer.pdf, PDF_TYPE)
+                elif path == "/located":  # the document, with a Location header a 200 does not follow
+                    self.send_response(200)
+                    self.send_header("Location", "/missing")
+                    self._send_body(outer.pdf, PDF_TYPE)
                 elif path == "/big":
                     self._send(200, b"%PDF-" + b"x" * MAX_JOB_BYTES, PDF_TYPE)
                 elif path == "/drip-big":
@@ -74,6 +81,9 @@ class Documents:
 
             def _send(self, code: int, body: bytes, media_type: str) -> None:
                 self.send_response(code)
+                self._send_body(body, media_type)
+
+            def _send_body(self, body: bytes, media_type: str) -> None:
                 self.send_header("Content-Type", media_type)
                 self.send_header("Content-Length", str(len(body)))
                 self.end_headers()
@@ -308,6 +318,20 @@ def test_a_url_and_a_body_together_and_bad_json_are_422(srv, docs):
 )
 def test_each_kind_of_address(address, refused):
     assert refusal(ipaddress.ip_address(address)) is refused
+
+
+def test_a_200_with_a_location_header_is_the_document(docs):
+    # fetch() itself, without the app: a Location header redirects only with a redirect's status.
+    body, media_type = asyncio.run(
+        fetch(
+            f"http://127.0.0.1:{docs.port}/located",
+            MAX_JOB_BYTES,
+            30,
+            MAX_REDIRECTS,
+            Policy.of(["127.0.0.1"]),
+        )
+    )
+    assert (body, media_type) == (docs.pdf, PDF_TYPE)
 
 
 def test_the_cli_submits_a_url_and_says_why_one_is_refused(srv, docs):
