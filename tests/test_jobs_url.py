@@ -19,7 +19,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import httpx
 import pytest
 
-from ocr_app.egress import Policy, refusal
+from ocr_app.egress import Policy, allowed_host_entry, refusal, system_resolver
 from ocr_app.errors import (
     LinkLocalRefused,
     LoopbackRefused,
@@ -29,7 +29,7 @@ from ocr_app.errors import (
     ReservedRefused,
     UniqueLocalRefused,
 )
-from ocr_app.jobs.fetch import fetch
+from ocr_app.jobs.fetch import _why, fetch
 
 from .test_errors import assert_error
 from .test_jobs import PDF_TYPE, StallServer, doc, make_server, wait_status
@@ -332,6 +332,29 @@ def test_a_200_with_a_location_header_is_the_document(docs):
         )
     )
     assert (body, media_type) == (docs.pdf, PDF_TYPE)
+
+
+def test_why_a_fetch_failed():
+    assert _why(httpx.ConnectError("refused")) == "ConnectError: refused"
+    assert _why(httpx.ConnectError("")) == "ConnectError"
+    assert (
+        _why(httpx.ConnectError("[SSL: CERTIFICATE_VERIFY_FAILED] x"))
+        == "its TLS certificate was not trusted"
+    )
+
+
+def test_the_system_resolver_answers_an_address_for_itself():
+    assert asyncio.run(system_resolver("127.0.0.1", 80)) == ["127.0.0.1"]
+
+
+def test_allowed_host_entries_at_their_limits():
+    for entry in ("10.0.0.0/8", "192.0.2.1", "[::1]", "fc00::/7", "docs.internal", "Docs.Internal."):
+        assert allowed_host_entry(entry), entry
+    name = ".".join(["a" * 63] * 3 + ["b" * 61])  # 253 characters: the longest name
+    assert len(name) == 253 and allowed_host_entry(name)
+    assert not allowed_host_entry(name + "b")  # one past
+    for entry in ("", "a..b", "-a.example", "a-.example", "a_b.example", "a" * 64 + ".example"):
+        assert not allowed_host_entry(entry), entry
 
 
 def test_the_cli_submits_a_url_and_says_why_one_is_refused(srv, docs):
