@@ -25,9 +25,11 @@ from ocr_app.errors import (
     LoopbackRefused,
     MetadataRefused,
     MulticastRefused,
+    PayloadTooLarge,
     PrivateRefused,
     ReservedRefused,
     UniqueLocalRefused,
+    UrlFetchFailed,
 )
 from ocr_app.jobs.fetch import _why, fetch
 
@@ -40,8 +42,8 @@ MAX_REDIRECTS = 2
 
 class Documents:
     """/doc.pdf, /located (it, with a Location header), /big (Content-Length over the limit), /drip-big
-    (chunked, over it), /text, /missing, /to?url=U (a 302 to U), /hops/N (N redirects, then /doc.pdf).
-    Counts the GETs of each path."""
+    (chunked, over it), /text, /missing, /to?url=U (a 302 to U), /status/N (N, Location /doc.pdf),
+    /hops/N (N redirects, then /doc.pdf). Counts the GETs of each path."""
 
     def __init__(self, pdf: bytes):
         self.pdf = pdf
@@ -73,6 +75,8 @@ class Documents:
                     self._send(200, b"just words", "text/plain")
                 elif path == "/to":
                     self._redirect(query.removeprefix("url="))
+                elif path.startswith("/status/"):  # that status, with a Location to /doc.pdf
+                    self._redirect("/doc.pdf", int(path.rsplit("/", 1)[1]))
                 elif path.startswith("/hops/"):
                     n = int(path.rsplit("/", 1)[1])
                     self._redirect(f"/hops/{n - 1}" if n > 1 else "/doc.pdf")
@@ -89,8 +93,8 @@ class Documents:
                 self.end_headers()
                 self.wfile.write(body)
 
-            def _redirect(self, location: str) -> None:
-                self.send_response(302)
+            def _redirect(self, location: str, code: int = 302) -> None:
+                self.send_response(code)
                 self.send_header("Location", location)
                 self.send_header("Content-Length", "0")
                 self.end_headers()
@@ -332,6 +336,23 @@ def test_a_200_with_a_location_header_is_the_document(docs):
         )
     )
     assert (body, media_type) == (docs.pdf, PDF_TYPE)
+
+
+def test_each_redirect_status_is_followed_and_no_other(docs):
+    policy = Policy.of(["127.0.0.1"])
+    for code in (301, 302, 303, 307, 308):
+        url = f"http://127.0.0.1:{docs.port}/status/{code}"
+        assert asyncio.run(fetch(url, MAX_JOB_BYTES, 30, MAX_REDIRECTS, policy))[0] == docs.pdf, code
+    for code in (300, 304, 305, 306, 309):
+        with pytest.raises(UrlFetchFailed, match=f"answered {code}"):
+            asyncio.run(fetch(f"http://127.0.0.1:{docs.port}/status/{code}", MAX_JOB_BYTES, 30, 2, policy))
+
+
+def test_a_document_of_exactly_the_limit_is_fetched(docs):
+    policy, url = Policy.of(["127.0.0.1"]), f"http://127.0.0.1:{docs.port}/doc.pdf"
+    assert asyncio.run(fetch(url, len(docs.pdf), 30, MAX_REDIRECTS, policy))[0] == docs.pdf
+    with pytest.raises(PayloadTooLarge):  # one byte past it
+        asyncio.run(fetch(url, len(docs.pdf) - 1, 30, MAX_REDIRECTS, policy))
 
 
 def test_why_a_fetch_failed():
