@@ -10,7 +10,7 @@ PIP_VERSION := 26.3
 # Rebuilt whenever the pinned dependencies change.
 VENV_STAMP := $(VENV)/.ocrfleet-$(shell sha256sum pyproject.toml | cut -c1-12)
 
-.PHONY: help browser-deps demo demo-down demo-local test test-fleet test-app test-web test-vllm test-lab test-roles lint lint-ansible lint-code bench bench-vllm gpu-check venv vllm-venv system-deps lab-deps wheelhouse clean
+.PHONY: help browser-deps demo demo-down demo-local test test-fleet test-app test-web test-vllm test-lab test-roles lint lint-ansible lint-code bench bench-vllm mutate gpu-check venv vllm-venv system-deps lab-deps wheelhouse clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -118,6 +118,13 @@ bench: system-deps venv  ## throughput and latency ratios, measured side by side
 
 bench-vllm: system-deps  ## engine vllm in-process vs `vllm serve` (same install, model, client): ratio at c=1, 4
 	$(VLLM_RUN) -m bench.vllm
+
+# Mutation testing of the modules that guard the service, on a copy of the working tree; sessions and the report
+# in build/mutate/. MODULE=auth (or several, space-separated) for some; MUTATE_BUDGET bounds the run (seconds).
+MODULE ?=
+MUTATE_BUDGET ?= 14400
+mutate: system-deps venv  ## mutation testing (cosmic-ray) of the guard modules, MODULE=auth for one; not in make test
+	nice -n 10 $(BIN)/python scripts/mutate.py --budget $(MUTATE_BUDGET) $(MODULE)
 
 # A Python with the app and its vllm extra: on a GPU host, a release's (/opt/ocr-app/current/bin/python).
 GPU_PYTHON ?= $(BIN)/python

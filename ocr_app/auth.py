@@ -47,6 +47,7 @@ def parse_key_file(text: str, source: str = "keys file") -> list[tuple[str, byte
     return entries
 
 
+# mutation: ReplaceTrueWithFalse here is equivalent: nothing assigns to a snapshot's fields.
 @dataclass(frozen=True)
 class _Snapshot:
     stamp: tuple[int, int, int, int]
@@ -63,6 +64,7 @@ class KeyStore:
     def __init__(self, path: Path):
         self.path = path
         self._lock = threading.Lock()
+        # mutation: NumberReplacer here is equivalent: reload(force=True) replaces this stamp before any read.
         self._snap = _Snapshot((0, 0, 0, 0), [])
         self.reload(force=True)
 
@@ -127,7 +129,9 @@ def add_key(path: Path, name: str) -> str:
 def remove_key(path: Path, name: str) -> None:
     text = path.read_text()
     parse_key_file(text, str(path))
+    # mutation: NumberReplacer to `":", 2)` is equivalent: a name holds no ':', field 0 is the same.
     kept = [ln for ln in text.splitlines(keepends=True) if ln.split(":", 1)[0].strip() != name]
+    # mutation: ReplaceTrueWithFalse here is equivalent: keepends changes no line count.
     if len(kept) == len(text.splitlines(keepends=True)):
         raise KeyFileError(f"no key named {name!r} in {path}")
     _write_atomic(path, "".join(kept))
@@ -149,5 +153,6 @@ def _write_atomic(path: Path, text: str) -> None:
             os.chown(tmp, st.st_uid, st.st_gid)
         os.replace(tmp, path)
     except BaseException:
+        # mutation: ReplaceTrueWithFalse here is equivalent: tmp exists until os.replace, the last step.
         Path(tmp).unlink(missing_ok=True)
         raise

@@ -142,6 +142,7 @@ def allowed_host_entry(entry: str) -> bool:
     return 0 < len(name) <= 253 and all(_LABEL.fullmatch(label) for label in name.split("."))
 
 
+# mutation: ReplaceTrueWithFalse here is equivalent: nothing assigns to a policy's fields.
 @dataclass(frozen=True)
 class Policy:
     """Hosts an operator opened (job_url_allowed_hosts): names (exact, any case) and networks."""
@@ -229,4 +230,6 @@ def guarded_client(policy: Policy, timeout_s: float, resolver: Resolver | None =
     transport._pool = httpcore.AsyncConnectionPool(
         ssl_context=ssl_context, network_backend=GuardedBackend(policy, resolver)
     )
+    # mutation: ReplaceFalseWithTrue to `trust_env=True, timeout` is equivalent: given a transport, httpx
+    # (0.28) takes no proxy from the environment whatever the client's trust_env; it says so again here.
     return httpx.AsyncClient(transport=transport, follow_redirects=False, trust_env=False, timeout=timeout_s)

@@ -22,6 +22,7 @@ import httpx
 import psycopg
 import pytest
 
+from ocr_app import urls
 from ocr_app.config import ConfigError, load_settings
 from ocr_app.errors import InvalidWebhook
 from ocr_app.http.errors import http_status
@@ -375,6 +376,95 @@ def test_sign_and_verify():
     assert webhooks.verify(secret, header + ",v1=00", body, now=1_700_000_000)  # any v1 may match
 
 
+def test_verify_at_its_limits():
+    secret = webhooks.secret_for_key("ocr_key")
+    body = b"{}"
+    t = 1_700_000_000
+    header = f"t={t},v1={published_signature('ocr_key', t, body)}"
+    # tolerance_s either side of t, at the limit and one second past it.
+    assert webhooks.verify(secret, header, body, now=t + 300) and webhooks.verify(
+        secret, header, body, now=t - 300
+    )
+    assert not webhooks.verify(secret, header, body, now=t + 301)
+    assert not webhooks.verify(secret, header, body, now=t - 301)
+    # t has at most 12 digits.
+    for t, ok in ((999_999_999_999, True), (1_000_000_000_000, False)):
+        header = f"t={t},v1={published_signature('ocr_key', t, body)}"
+        assert webhooks.verify(secret, header, body, now=t) is ok
+    assert not webhooks.verify(secret, "t=1700000000,v1", body, now=1_700_000_000)
+
+
+def test_headers_sign_only_with_a_secret():
+    body = b'{"a":1}'
+    assert webhooks.headers("d-1", body, None) == {
+        "Content-Type": "application/json",
+        "X-OCR-Webhook-Id": "d-1",
+        "User-Agent": "ocr-app-webhook",
+    }
+    signed = webhooks.headers("d-1", body, webhooks.secret_for_key("ocr_key"))
+    t, v1 = (part.split("=", 1)[1] for part in signed["X-OCR-Signature"].split(","))
+    assert v1 == published_signature("ocr_key", int(t), body)
+
+
+def test_payload_flattens_the_status():
+    status = {
+        "job_id": "j-1",
+        "status": "done",
+        "pages": {"total": 3, "done": 2, "failed": 1},
+        "finished_at": "t",
+    }
+    body = webhooks.payload(status, "https://s/status", "https://s/result")
+    assert b" " not in body  # compact
+    assert json.loads(body) == {
+        "event": "job.finished",
+        "job_id": "j-1",
+        "status": "done",
+        "pages_total": 3,
+        "pages_done": 2,
+        "pages_failed": 1,
+        "finished_at": "t",
+        "status_url": "https://s/status",
+        "result_url": "https://s/result",
+    }
+
+
+@pytest.mark.parametrize(
+    ("status", "outcome"),
+    [
+        (199, "failed"),
+        (200, "delivered"),
+        (299, "delivered"),
+        (300, "failed"),
+        (499, "failed"),
+        (500, "retry"),
+    ],
+)
+def test_classify_at_each_boundary(status, outcome):
+    assert webhooks.classify(status) == outcome
+
+
+def test_backoff_at_the_cap_and_the_jitters_ends():
+    class End(random.Random):
+        """A generator whose uniform(a, b) answers one end, a or b, and records what it was asked."""
+
+        def __init__(self, top: bool) -> None:
+            super().__init__(0)
+            self.top, self.asked = top, []
+
+        def uniform(self, a: float, b: float) -> float:
+            self.asked.append((a, b))
+            return b if self.top else a
+
+    top, bottom = End(True), End(False)
+    # base * 2 ** (attempts - 1), capped at 900 s: 112.5 * 2**3 is the cap itself, one attempt more past it.
+    for attempts, full in ((0, 112.5), (1, 112.5), (2, 225), (4, 900), (5, 900)):
+        assert webhooks.backoff(attempts, 112.5, top) == full
+        assert webhooks.backoff(attempts, 112.5, bottom) == full / 2
+    assert set(top.asked) == {(0.5, 1.0)}
+    for _ in range(20):  # the module's own generator, within the same ends
+        assert 450 <= webhooks.backoff(5, 112.5) <= 900
+
+
 def test_allowed_urls():
     prefixes = ["https://hooks.example.com/ocr/", "http://10.0.0.5:8080/in"]
     for url in (
@@ -399,6 +489,48 @@ def test_allowed_urls():
     ):
         assert not allowed(url, prefixes), url
     assert not allowed("https://hooks.example.com/ocr/a", [])
+
+
+def test_url_rules_at_their_limits():
+    base = "https://h.example/x/"
+    at_limit = base + "a" * (urls.MAX_URL_LENGTH - len(base))
+    assert len(at_limit) == 2000 and urls.parse(at_limit) is not None
+    assert urls.parse(at_limit + "a") is None  # one past
+    for bad in (
+        "https://h.example/x/\x1f",
+        "https://h.example/x/\x7f",
+        "https://h.example/x\\y",
+        "ftp://h.example/",
+    ):
+        assert urls.parse(bad) is None, repr(bad)
+    assert urls.parse("https://h.example/x/~!$&'()*+,;=:@") is not None
+    # Default ports: 443 for https, 80 for http, written or not.
+    assert allowed("http://h.example:80/in/a", ["http://h.example/in"])
+    assert allowed("https://h.example/in/a", ["https://h.example:443/in"])
+    assert not allowed("http://h.example:443/in/a", ["http://h.example/in"])
+    for port in (79, 81):  # either side of each default
+        assert not allowed(f"http://h.example:{port}/in/a", ["http://h.example/in"])
+    for port in (442, 444):
+        assert not allowed(f"https://h.example:{port}/in/a", ["https://h.example/in"])
+    assert not allowed("https://h.example:8443/in/a", ["https://h.example:9443/in"])
+    # A prefix without a path opens the whole host; one with a path only what lies under it.
+    assert allowed("https://h.example/any", ["https://h.example"])
+    assert not allowed("https://h.example/", ["https://h.example/in"])
+    # Another prefix in the list may open what the first does not.
+    assert allowed("https://h.example/in/a", ["https://other.example/in", "https://h.example/in"])
+    assert allowed("https://h.example/in/a", ["not a url", "https://h.example/in"])
+
+
+def test_prefix_problems_and_what_a_log_line_names():
+    assert urls.prefix_problem("https://h.example/in/") is None
+    for bad, why in (
+        ("https://h.example/in?q=1", "no query or fragment"),
+        ("https://h.example/in#f", "no query or fragment"),
+        ("https://u@h.example/in", "not an http(s) URL"),
+    ):
+        assert why in (urls.prefix_problem(bad) or ""), bad
+    assert urls.host_of("https://h.example:8443/in/secret?token=1") == "https://h.example"
+    assert urls.host_of("nothing") == "(invalid)"
 
 
 def test_backoff_doubles_is_capped_and_jittered():

@@ -10,6 +10,7 @@ only if the connection goes to the address the guard checked, with no second loo
 
 from __future__ import annotations
 
+import asyncio
 import ipaddress
 import json
 import threading
@@ -18,16 +19,19 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import httpx
 import pytest
 
-from ocr_app.egress import refusal
+from ocr_app.egress import Policy, allowed_host_entry, refusal, system_resolver
 from ocr_app.errors import (
     LinkLocalRefused,
     LoopbackRefused,
     MetadataRefused,
     MulticastRefused,
+    PayloadTooLarge,
     PrivateRefused,
     ReservedRefused,
     UniqueLocalRefused,
+    UrlFetchFailed,
 )
+from ocr_app.jobs.fetch import _why, fetch
 
 from .test_errors import assert_error
 from .test_jobs import PDF_TYPE, StallServer, doc, make_server, wait_status
@@ -37,8 +41,9 @@ MAX_REDIRECTS = 2
 
 
 class Documents:
-    """/doc.pdf, /big (Content-Length over the limit), /drip-big (chunked, over it), /text, /missing,
-    /to?url=U (a 302 to U), /hops/N (N redirects, then /doc.pdf). Counts the GETs of each path."""
+    """/doc.pdf, /located (it, with a Location header), /big (Content-Length over the limit), /drip-big
+    (chunked, over it), /text, /missing, /to?url=U (a 302 to U), /status/N (N, Location /doc.pdf),
+    /hops/N (N redirects, then /doc.pdf). Counts the GETs of each path."""
 
     def __init__(self, pdf: bytes):
         self.pdf = pdf
@@ -51,6 +56,10 @@ class Documents:
                 outer.gets[path] = outer.gets.get(path, 0) + 1
                 if path == "/doc.pdf":
                     self._send(200, outer.pdf, PDF_TYPE)
+                elif path == "/located":  # the document, with a Location header a 200 does not follow
+                    self.send_response(200)
+                    self.send_header("Location", "/missing")
+                    self._send_body(outer.pdf, PDF_TYPE)
                 elif path == "/big":
                     self._send(200, b"%PDF-" + b"x" * MAX_JOB_BYTES, PDF_TYPE)
                 elif path == "/drip-big":
@@ -66,6 +75,8 @@ class Documents:
                     self._send(200, b"just words", "text/plain")
                 elif path == "/to":
                     self._redirect(query.removeprefix("url="))
+                elif path.startswith("/status/"):  # that status, with a Location to /doc.pdf
+                    self._redirect("/doc.pdf", int(path.rsplit("/", 1)[1]))
                 elif path.startswith("/hops/"):
                     n = int(path.rsplit("/", 1)[1])
                     self._redirect(f"/hops/{n - 1}" if n > 1 else "/doc.pdf")
@@ -74,13 +85,16 @@ class Documents:
 
             def _send(self, code: int, body: bytes, media_type: str) -> None:
                 self.send_response(code)
+                self._send_body(body, media_type)
+
+            def _send_body(self, body: bytes, media_type: str) -> None:
                 self.send_header("Content-Type", media_type)
                 self.send_header("Content-Length", str(len(body)))
                 self.end_headers()
                 self.wfile.write(body)
 
-            def _redirect(self, location: str) -> None:
-                self.send_response(302)
+            def _redirect(self, location: str, code: int = 302) -> None:
+                self.send_response(code)
                 self.send_header("Location", location)
                 self.send_header("Content-Length", "0")
                 self.end_headers()
@@ -308,6 +322,60 @@ def test_a_url_and_a_body_together_and_bad_json_are_422(srv, docs):
 )
 def test_each_kind_of_address(address, refused):
     assert refusal(ipaddress.ip_address(address)) is refused
+
+
+def test_a_200_with_a_location_header_is_the_document(docs):
+    # fetch() itself, without the app: a Location header redirects only with a redirect's status.
+    body, media_type = asyncio.run(
+        fetch(
+            f"http://127.0.0.1:{docs.port}/located",
+            MAX_JOB_BYTES,
+            30,
+            MAX_REDIRECTS,
+            Policy.of(["127.0.0.1"]),
+        )
+    )
+    assert (body, media_type) == (docs.pdf, PDF_TYPE)
+
+
+def test_each_redirect_status_is_followed_and_no_other(docs):
+    policy = Policy.of(["127.0.0.1"])
+    for code in (301, 302, 303, 307, 308):
+        url = f"http://127.0.0.1:{docs.port}/status/{code}"
+        assert asyncio.run(fetch(url, MAX_JOB_BYTES, 30, MAX_REDIRECTS, policy))[0] == docs.pdf, code
+    for code in (300, 304, 305, 306, 309):
+        with pytest.raises(UrlFetchFailed, match=f"answered {code}"):
+            asyncio.run(fetch(f"http://127.0.0.1:{docs.port}/status/{code}", MAX_JOB_BYTES, 30, 2, policy))
+
+
+def test_a_document_of_exactly_the_limit_is_fetched(docs):
+    policy, url = Policy.of(["127.0.0.1"]), f"http://127.0.0.1:{docs.port}/doc.pdf"
+    assert asyncio.run(fetch(url, len(docs.pdf), 30, MAX_REDIRECTS, policy))[0] == docs.pdf
+    with pytest.raises(PayloadTooLarge):  # one byte past it
+        asyncio.run(fetch(url, len(docs.pdf) - 1, 30, MAX_REDIRECTS, policy))
+
+
+def test_why_a_fetch_failed():
+    assert _why(httpx.ConnectError("refused")) == "ConnectError: refused"
+    assert _why(httpx.ConnectError("")) == "ConnectError"
+    assert (
+        _why(httpx.ConnectError("[SSL: CERTIFICATE_VERIFY_FAILED] x"))
+        == "its TLS certificate was not trusted"
+    )
+
+
+def test_the_system_resolver_answers_an_address_for_itself():
+    assert asyncio.run(system_resolver("127.0.0.1", 80)) == ["127.0.0.1"]
+
+
+def test_allowed_host_entries_at_their_limits():
+    for entry in ("10.0.0.0/8", "192.0.2.1", "[::1]", "fc00::/7", "docs.internal", "Docs.Internal."):
+        assert allowed_host_entry(entry), entry
+    name = ".".join(["a" * 63] * 3 + ["b" * 61])  # 253 characters: the longest name
+    assert len(name) == 253 and allowed_host_entry(name)
+    assert not allowed_host_entry(name + "b")  # one past
+    for entry in ("", "a..b", "-a.example", "a-.example", "a_b.example", "a" * 64 + ".example"):
+        assert not allowed_host_entry(entry), entry
 
 
 def test_the_cli_submits_a_url_and_says_why_one_is_refused(srv, docs):

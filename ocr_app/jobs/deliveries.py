@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from psycopg_pool import AsyncConnectionPool
 
 
+# mutation: ReplaceTrueWithFalse here is equivalent: nothing assigns to a delivery's fields.
 @dataclass(frozen=True)
 class Delivery:
     """A webhook delivery claimed for one attempt (this one: `attempts`, counted from 1)."""

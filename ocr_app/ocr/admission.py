@@ -23,6 +23,7 @@ class Admission:
         drain_file: Path | None,
         background_max: int = 1,
         background_max_interactive: int = 0,
+        # mutation: NumberReplacer to `-1.0` is equivalent: the time since the last interactive one is >= 0.
         yield_s: float = 0.0,
     ):
         self.max_concurrency = max_concurrency
@@ -50,6 +51,7 @@ class Admission:
         queue leaves it without ever running.
         """
         if self._slots.locked() and self.queued >= self.max_queue:
+            # mutation: NumberReplacer to `max(self.max_concurrency, 0)` is equivalent: the setting is >= 1.
             raise Overloaded(retry_after_s=1 + self.queued // max(self.max_concurrency, 1))
         start = time.perf_counter()
         self.queued += 1
