@@ -218,7 +218,8 @@ def reading_groups(boxes: list[Box]) -> list[list[int]]:
         if cut is not None:
             head = running_head(block)
             if head:
-                rest = [i for i in block if i not in set(head)]
+                taken = set(head)
+                rest = [i for i in block if i not in taken]
                 if column_cut(rest) is not None:
                     return rows_of(head) + order(rest, depth + 1)
             left = [i for i in block if boxes[i][0] + boxes[i][2] < 2 * cut]

@@ -28,6 +28,8 @@ import sys
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
+from datetime import UTC, datetime
+from email.utils import parsedate_to_datetime
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
@@ -121,6 +123,24 @@ def iter_sse(lines: Iterable[str]) -> Iterator[Event]:
 
 
 # --- answers and errors ---------------------------------------------------------------------------------
+
+
+_SECONDS = re.compile(r"[0-9]{1,9}")
+
+
+def retry_after_s(r: httpx.Response, cap_s: float, now: datetime | None = None) -> float | None:
+    """How long the answer's Retry-After asks to wait, at most `cap_s`: seconds or an HTTP date (RFC 9110
+    10.2.3); None without one or with one that is neither (then the caller's own pause holds)."""
+    value = r.headers.get("retry-after", "").strip()
+    if _SECONDS.fullmatch(value):
+        return min(float(value), cap_s)
+    try:
+        when = parsedate_to_datetime(value)
+    except (TypeError, ValueError, IndexError):
+        return None
+    if when.tzinfo is None:  # "-0000": UTC, as HTTP dates are
+        when = when.replace(tzinfo=UTC)
+    return min(max((when - (now or datetime.now(UTC))).total_seconds(), 0.0), cap_s)
 
 
 def server_error(r: httpx.Response) -> ClientError:
@@ -274,8 +294,8 @@ def follow(
                     if r.status_code not in RETRYABLE:
                         raise err
                     reason = str(err)
-                    if (wait := r.headers.get("retry-after", "")).isdigit():
-                        delay = max(delay, min(float(wait), 30.0))
+                    if (wait := retry_after_s(r, 30.0)) is not None:
+                        delay = max(delay, wait)
                 else:
                     reason = "the stream ended before the job did"
                     for ev in iter_sse(iter_lines(r.iter_bytes())):

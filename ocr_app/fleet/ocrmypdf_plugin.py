@@ -46,7 +46,7 @@ from PIL import Image
 
 from .. import __version__
 from ..documents.upload import sniff
-from .jobclient import RETRYABLE, server_error
+from .jobclient import RETRYABLE, retry_after_s, server_error
 
 if TYPE_CHECKING:
     import httpx
@@ -194,8 +194,8 @@ def read_page(
                 _check(r)
                 return r.text
             reason = str(server_error(r))
-            after = r.headers.get("retry-after", "")
-            wait = min(float(after), MAX_WAIT_S) if after.isdigit() else delay
+            after = retry_after_s(r, MAX_WAIT_S)
+            wait = delay if after is None else after
         if attempt == retries:
             break
         sleep(wait)

@@ -24,7 +24,16 @@ from typing import TYPE_CHECKING
 
 from ..config import ConfigError
 from ..documents.upload import RASTER_TYPES, sniff
-from .jobclient import EXTENSIONS, Progress, _expect, _follow_to, follow, follow_format, server_error
+from .jobclient import (
+    EXTENSIONS,
+    Progress,
+    _expect,
+    _follow_to,
+    follow,
+    follow_format,
+    retry_after_s,
+    server_error,
+)
 
 if TYPE_CHECKING:
     import httpx
@@ -152,8 +161,8 @@ class Batch:
         if self.out_dir is not None and (oldest := next((s for s in self.jobs if not s.followed), None)):
             self.follow(oldest)  # it finishes: a slot
             return
-        retry = r.headers.get("retry-after", "")
-        deadline = time.monotonic() + (min(float(retry), 60.0) if retry.isdigit() else DEFAULT_WAIT_S)
+        wait = retry_after_s(r, 60.0)
+        deadline = time.monotonic() + (DEFAULT_WAIT_S if wait is None else wait)
         delay = 0.2
         while (left := deadline - time.monotonic()) > 0:
             self.sleep(min(delay, left))

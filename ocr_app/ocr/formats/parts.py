@@ -4,6 +4,7 @@ so that a job of any length is rendered in bounded memory. One implementation fo
 
 from __future__ import annotations
 
+import functools
 import xml.etree.ElementTree as ET
 from collections.abc import Iterable
 
@@ -58,7 +59,9 @@ class XmlWriter(Writer):
         """The page's element, appended to `parent`."""
         raise NotImplementedError
 
+    @functools.cached_property
     def _halves(self) -> tuple[bytes, bytes]:
+        """Serialised once per writer: head() and tail() each take their half."""
         root, pages = self.document()
         pages.text = (pages.text or "") + _PAGES  # text the serialiser leaves as it is
         doc = ET.tostring(root, encoding="utf-8", xml_declaration=False)
@@ -66,10 +69,10 @@ class XmlWriter(Writer):
         return doc[:at], doc[at + len(_PAGES) :]
 
     def head(self) -> bytes:
-        return self.prologue + self._halves()[0]
+        return self.prologue + self._halves[0]
 
     def tail(self) -> bytes:
-        return self._halves()[1] + b"\n"
+        return self._halves[1] + b"\n"
 
     def body(self, page: Page) -> bytes:
         holder = ET.Element("pages")
