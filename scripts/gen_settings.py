@@ -111,6 +111,7 @@ EXPOSED: dict[str, Var] = {
     "max_concurrency": Var(),
     "max_queue": Var(),
     "preprocess_workers": Var(),
+    "render_workers": Var(),
     "decode_cpu_s": Var(),
     "decode_memory_mb": Var(),
     "job_webhook_allowed_urls": Var(note="Their addresses must be in ocr_app_egress_allow too."),

@@ -251,6 +251,16 @@ def test_accept_chooses_the_format(server, tiny, accept, content_type):
         assert "Harbour" in r.text
 
 
+def test_a_format_is_rendered_in_a_render_slot_and_json_is_not(server, tiny):
+    def count(name: str) -> float:
+        return server.metrics().get(f'ocr_render_seconds_count{{format="{name}"}}', 0.0)
+
+    before = {n: count(n) for n in ("hocr", "pdf", "json")}
+    for name in ("hocr", "pdf", "json"):
+        assert server.ocr(tiny, "image/png", params={"format": name}).status_code == 200
+    assert {n: count(n) - before[n] for n in before} == {"hocr": 1.0, "pdf": 1.0, "json": 0.0}
+
+
 def test_format_wins_over_accept(server, tiny):
     r = server.ocr(tiny, "image/png", headers={"Accept": "application/json"}, params={"format": "text"})
     assert r.headers["content-type"] == "text/plain; charset=utf-8"

@@ -20,10 +20,12 @@ import pypdfium2 as pdfium
 import pytest
 from hocr_spec import HocrValidator
 from lxml import etree
+from prometheus_client import CollectorRegistry
 
 from ocr_app.jobs import results
 from ocr_app.jobs.store import PageRow
 from ocr_app.ocr import formats
+from ocr_app.ocr.formats.slots import Renders
 from ocr_app.schemas import OcrResponse, Page
 
 from .docs import TEXTS, encode, pdf, render
@@ -298,12 +300,15 @@ def test_a_jobs_pdf_is_built_a_batch_of_pages_at_a_time(job, tmp_path, monkeypat
     store = CountingStore(rows_of(job["json"].json()["pages"], [3]), job["data"])
 
     async def build() -> bytes:
-        path = await results.build_pdf(store, uuid.uuid4(), [1, 2, 3, 4], batch=2)
+        path = await results.build_pdf(store, renders, uuid.uuid4(), [1, 2, 3, 4], batch=2)
         out = b"".join([c async for c in results.stream_file(path)])
         assert not path.parent.exists()  # deleted once sent
         return out
 
+    renders = Renders(1, registry := CollectorRegistry())
     out = asyncio.run(build())
+    # Each step of CPU work took a render slot: the document opened, each batch's layers, the save.
+    assert registry.get_sample_value("ocr_render_seconds_count", {"format": "pdf"}) == 1 + 2 + 1
     assert sizes == [2, 1] and store.chunks == -(-len(job["data"]) // 4096) > 1
     assert pdftotext(out, tmp_path, "-raw") == pdftotext(job["pdf"].content, tmp_path, "-raw")
 
@@ -317,7 +322,7 @@ def test_a_job_sent_as_multipart_gets_its_file_as_the_pdf(job, tmp_path):
     store = CountingStore([PageRow(1, json.dumps(page), None)], body, content_type)
 
     async def build() -> bytes:
-        path = await results.build_pdf(store, uuid.uuid4(), [1])
+        path = await results.build_pdf(store, Renders(1, None), uuid.uuid4(), [1])
         return b"".join([c async for c in results.stream_file(path)])
 
     out = asyncio.run(build())

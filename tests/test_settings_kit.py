@@ -180,6 +180,7 @@ EVERY = {
     "ocr_app_max_concurrency": "4",  # as -e gives it
     "ocr_app_max_queue": 16,
     "ocr_app_preprocess_workers": 2,
+    "ocr_app_render_workers": 3,
     "ocr_app_decode_cpu_s": 10,
     "ocr_app_decode_memory_mb": 1024,
     "ocr_app_job_webhook_allowed_urls": ["https://hooks.example.com/ocr/"],

@@ -82,6 +82,14 @@ class RequestSettings(BaseModel):
         "resize.",
         json_schema_extra=default_doc("CPUs"),
     )
+    render_workers: int = Field(
+        default_factory=lambda: os.cpu_count() or 1,
+        ge=1,
+        le=256,
+        description="Results rendered at once in another format than JSON (pdf, hocr, alto, text, markdown; "
+        "a job's pdf); more wait for a slot within their request's deadline.",
+        json_schema_extra=default_doc("CPUs"),
+    )
     decode_cpu_s: int = Field(
         20,
         ge=1,

@@ -21,6 +21,7 @@ from starlette.concurrency import run_in_threadpool
 from ..errors import DocumentGone
 from ..ocr.formats import Format
 from ..ocr.formats.pdf import FileDocument
+from ..ocr.formats.slots import Renders
 from ..schemas import Page
 from .store import JobStore
 
@@ -43,9 +44,12 @@ async def text_format(
     yield writer.tail()
 
 
-async def build_pdf(store: JobStore, job_id: uuid.UUID, numbers: list[int], batch: int = BATCH) -> Path:
+async def build_pdf(
+    store: JobStore, renders: Renders, job_id: uuid.UUID, numbers: list[int], batch: int = BATCH
+) -> Path:
     """The job's PDF, in a temporary directory of its own (the caller streams and deletes it: stream_file).
-    `numbers`: the job's pages; each is in the PDF, with a layer where it was read."""
+    `numbers`: the job's pages; each is in the PDF, with a layer where it was read. Its CPU work (opening the
+    document, each batch's layers, the save) takes the instance's render slots one step at a time."""
     tmp = Path(tempfile.mkdtemp(prefix="ocr-job-pdf-"))
     try:
         info = await store.bounded(store.document_info(job_id))
@@ -58,19 +62,19 @@ async def build_pdf(store: JobStore, job_id: uuid.UUID, numbers: list[int], batc
                 f.write(chunk)
         if source.stat().st_size != length:
             raise DocumentGone()  # purged while it was read
-        doc = await run_in_threadpool(FileDocument, source, content_type, numbers)
+        doc = await renders.run("pdf", FileDocument, source, content_type, numbers)
         try:
             pages: list[Page] = []
             async for row in store.stream_pages(job_id, batch):
                 if row.result is not None:
                     pages.append(Page.model_validate_json(row.result))
                 if len(pages) >= batch:
-                    await run_in_threadpool(doc.add, pages)
+                    await renders.run("pdf", doc.add, pages)
                     pages = []
             if pages:
-                await run_in_threadpool(doc.add, pages)
+                await renders.run("pdf", doc.add, pages)
             out = tmp / "result.pdf"
-            await run_in_threadpool(doc.save, out)
+            await renders.run("pdf", doc.save, out)
         finally:
             doc.close()
         source.unlink()

@@ -21,6 +21,7 @@ from ..errors import JobPageTimeout, NotReady, RequestTimeout
 from ..metrics import Metrics
 from ..schemas import Block, Cell, Line, OcrResponse, Page, Timings, Usage, Word
 from .admission import Admission
+from .formats.slots import Renders
 from .health import HealthMonitor
 
 # The cancel message when a request's client has gone: the label its killed decode worker is counted under.
@@ -71,6 +72,7 @@ class Pipeline:
             else None
         )
         self.health = HealthMonitor(settings, metrics, self.decode_pool, engine)
+        self.renders = Renders(settings.render_workers, metrics.registry)
         metrics.track(
             lambda: self.admission.inflight,
             lambda: self.admission.queued,

@@ -8,7 +8,6 @@ from __future__ import annotations
 from typing import Any
 
 from fastapi import APIRouter, Depends, Query, Request, Response
-from starlette.concurrency import run_in_threadpool
 
 from ...documents.upload import parse_page_selection
 from ...errors import NotReady
@@ -101,9 +100,10 @@ async def ocr(
     response.headers["Vary"] = "Accept"
     if fmt.render is None:
         return answer  # JSON, serialised by FastAPI as it always was
-    # Off the event loop: pdf's work is seconds of CPU (the upload limit bounds the document it copies).
+    # Off the event loop, render_workers at once: pdf's work is seconds of CPU (the upload limit bounds the
+    # document it copies).
     source = formats.Source(upload.body, content_type)
-    body = await run_in_threadpool(formats.render, fmt, answer, source)
+    body = await state.pipeline.renders.run(fmt.name, formats.render, fmt, answer, source)
     return Response(body, media_type=fmt.content_type(media_type), headers={"Vary": "Accept"})
 
 
