@@ -2,12 +2,15 @@
 # Run `molecule test` for the given roles (default: every role with a scenario), OCRFLEET_MOLECULE_JOBS at a time
 # (default 2). One scenario keeps about one core busy (Ansible's forks, the hosts' services) and spends the rest
 # waiting on its hosts, so two lanes on a 2-core machine take about half the time of one. Each scenario is its
-# own lab (lab-vars.yml), so lanes share nothing but the image cache and the apt proxy, which the lab locks.
+# own lab (lab-vars.yml), so lanes (and checkouts) share nothing but the image cache and the apt proxy, which
+# the lab locks.
 # A scenario's output goes to its own log, printed whole when it ends (never interleaved), with its duration.
 # Keeps Ansible's and Molecule's state out of $HOME; needs root (the lab) and the venv on PATH.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/../.." && pwd)"
-state="${OCRFLEET_MOLECULE_STATE:-/tmp/ocrfleet-molecule}"
+# Per checkout, as the labs are: two clones' runs of one role (a clean-clone CI run beside a working tree) would
+# otherwise share Molecule's ephemeral directory (its inventory) and the scenario's log.
+state="${OCRFLEET_MOLECULE_STATE:-/tmp/ocrfleet-molecule-$(printf %s "$root" | sha1sum | cut -c1-4)}"
 jobs="${OCRFLEET_MOLECULE_JOBS:-2}"
 export ANSIBLE_HOME="$state/ansible" ANSIBLE_REMOTE_TMP=/tmp/.ansible-tmp
 export ANSIBLE_SSH_CONTROL_PATH_DIR="$state/cp" ANSIBLE_ROLES_PATH="$root/roles"
