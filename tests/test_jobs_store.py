@@ -5,6 +5,7 @@ workers never hold the same range, and a cancelled job's ranges are not claimed.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import os
 import subprocess
 import sys
@@ -19,9 +20,8 @@ from ocr_app.jobs.store import JobStore
 
 @pytest.fixture
 def url(postgres, request):
-    url = postgres.create_database(
-        f"store_{request.node.name[5:40]}"
-    )  # a database each: no test sees another's
+    name = request.node.name  # a database each (a parameter's too): no test sees another's
+    url = postgres.create_database(f"store_{name[5:30]}_{hashlib.sha256(name.encode()).hexdigest()[:8]}")
     with psycopg.connect(url, autocommit=True) as conn:
         assert schema.upgrade(conn) == [m[0] for m in schema.MIGRATIONS]
         assert schema.upgrade(conn) == []  # applied once
@@ -123,6 +123,74 @@ def test_a_page_is_written_before_a_cancel_or_not_at_all(url):
         return status["pages"], [r.page for r in await store.finished_pages(job_id, 0)]
 
     assert run(url, scenario) == ({"total": 3, "done": 1, "failed": 0}, [1])
+
+
+async def waiting_on_a_lock(url: str, query: str, task: asyncio.Task) -> None:
+    """Until a session runs `query` (a LIKE pattern) waiting for a lock (pg_stat_activity's state, polled)."""
+    sql = "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE %s"
+    async with await psycopg.AsyncConnection.connect(url, autocommit=True) as watch:
+        deadline = time.monotonic() + 30
+        while (await (await watch.execute(sql, (query,))).fetchone())[0] != 1:
+            assert time.monotonic() < deadline and not task.done(), f"never waited: {query}"
+            await asyncio.sleep(0.02)
+
+
+@pytest.mark.parametrize("action", ["cancel", "purge"])
+def test_a_cancel_or_purge_beside_a_claim_waits_for_it_and_neither_deadlocks(url, action):
+    """Ranges.claim locks a range's row, then updates its job's; a cancel or purge beside it takes the ranges
+    first too, so it waits for the claim instead of holding the job's row the claim needs (PostgreSQL would
+    abort one of the two after deadlock_timeout: the client's cancel answered 503, or the claim lost)."""
+
+    async def scenario(store: JobStore):
+        job_id = await new_job(store, "order", [1, 2, 3, 4])
+        async with await psycopg.AsyncConnection.connect(url) as claiming:
+            await claiming.execute(  # the claim's first statement, its transaction still open
+                "SELECT 1 FROM ocr_job_ranges WHERE job_id = %s AND first_page = 1 FOR UPDATE", (job_id,)
+            )
+            task = asyncio.create_task(
+                getattr(store, action)("order", job_id, *([60] if action == "cancel" else []))
+            )
+            first = "UPDATE ocr_job_ranges%" if action == "cancel" else "DELETE FROM ocr_job_ranges%"
+            await waiting_on_a_lock(url, first, task)
+            await claiming.execute(  # the claim's second statement: the job's row, free
+                "UPDATE ocr_jobs SET status = 'running' WHERE id = %s AND status IN ('queued', 'running')",
+                (job_id,),
+            )
+            await claiming.commit()
+        assert await task
+        return await store.status("order", job_id)
+
+    status = run(url, scenario)
+    if action == "purge":
+        assert status is None
+    else:
+        assert status is not None and status["status"] == "cancelled"
+
+
+def test_a_finish_beside_a_cancel_waits_for_it_and_neither_deadlocks(url):
+    """finish_range takes its range's row, then the job's: a cancel that holds the job's ranges is waited
+    for; the range is then cancelled, not done, and the job stays cancelled."""
+
+    async def scenario(store: JobStore):
+        job_id = await new_job(store, "finish", [1, 2])
+        claim = await store.ranges.claim("w", 30)
+        assert claim is not None and await store.ranges.write_page(job_id, 1, '{"page": 1}', None, "w")
+        async with await psycopg.AsyncConnection.connect(url) as cancelling:
+            await cancelling.execute(  # JobStore.cancel's first statement, its transaction still open
+                "UPDATE ocr_job_ranges SET state = 'cancelled'"
+                " WHERE job_id = %s AND state IN ('queued', 'leased')",
+                (job_id,),
+            )
+            finish = asyncio.create_task(store.ranges.finish_range(claim, "w", 60))
+            await waiting_on_a_lock(url, "UPDATE ocr_job_ranges%", finish)
+            await cancelling.execute("SELECT 1 FROM ocr_jobs WHERE id = %s FOR UPDATE", (job_id,))
+            await cancelling.execute("UPDATE ocr_jobs SET status = 'cancelled' WHERE id = %s", (job_id,))
+            await cancelling.commit()
+        assert await finish is None  # nothing finished by it
+        status = await store.status("finish", job_id)
+        return status["status"], status["pages"]
+
+    assert run(url, scenario) == ("cancelled", {"total": 2, "done": 1, "failed": 0})
 
 
 # Run by the previous release's Python (its ocr_app/ first on sys.path): a job's whole way through its store.

@@ -115,14 +115,14 @@ class Ranges:
         """Mark the range done; when it was the job's last, the job is done (failed: no page could be read).
         Returns the job's new status when this call finished it."""
         async with self.pool.connection() as conn, conn.transaction():
-            # The job's row first: two workers finishing its last two ranges take turns, and the second
-            # sees the first's range done.
-            await conn.execute("SELECT 1 FROM ocr_jobs WHERE id = %s FOR UPDATE", (claim.job_id,))
+            # The range's row, then the job's (store.py's lock order). Two workers finishing the job's last
+            # two ranges take turns on the job's row; the second's next statement sees the first's range done.
             await conn.execute(
                 "UPDATE ocr_job_ranges SET state = 'done', lease_owner = NULL, lease_expires_at = NULL"
                 " WHERE job_id = %s AND first_page = %s AND lease_owner = %s AND state = 'leased'",
                 (claim.job_id, claim.first_page, worker),
             )
+            await conn.execute("SELECT 1 FROM ocr_jobs WHERE id = %s FOR UPDATE", (claim.job_id,))
             row = await (
                 await conn.execute(
                     """

@@ -3,6 +3,10 @@
 Leases are timed by the database's clock (now()), so the hosts' clocks never have to agree. A range is
 `queued` -> `leased` (lease_owner, lease_expires_at) -> `done`; a lease not renewed in time lets any
 instance claim the range again; a cancelled job's unfinished ranges become `cancelled`.
+
+Lock order: a transaction that locks both a job's ranges and its job row takes the ranges' rows first
+(claim, finish_range, cancel, purge), so that two of them wait for each other in turn and never deadlock
+(PostgreSQL would abort one after deadlock_timeout: a cancel answered 503, a claim lost).
 """
 
 from __future__ import annotations
@@ -345,6 +349,13 @@ class JobStore:
         """Cancel a queued or running job: its ranges not yet finished are not run, and a page being read now
         is not written (write_page). False: no such job."""
         async with self.pool.connection() as conn, conn.transaction():
+            # The ranges first (the lock order above): a claim or a finish under way ends before this goes on.
+            await conn.execute(
+                "UPDATE ocr_job_ranges r SET state = 'cancelled', lease_owner = NULL, lease_expires_at = NULL"
+                " FROM ocr_jobs j WHERE j.id = r.job_id AND j.id = %s AND j.owner = %s"
+                " AND j.status IN ('queued', 'running') AND r.state IN ('queued', 'leased')",
+                (job_id, owner),
+            )
             row = await (
                 await conn.execute(
                     "SELECT status FROM ocr_jobs WHERE id = %s AND owner = %s FOR UPDATE", (job_id, owner)
@@ -353,16 +364,12 @@ class JobStore:
             if row is None:
                 return False
             if row[0] in FINISHED:
+                # Finished between the two statements (its last range was done: none was cancelled above).
                 return True
             await conn.execute(
                 "UPDATE ocr_jobs SET status = 'cancelled', finished_at = now(),"
                 " expires_at = now() + make_interval(secs => %s) WHERE id = %s",
                 (ttl_s, job_id),
-            )
-            await conn.execute(
-                "UPDATE ocr_job_ranges SET state = 'cancelled', lease_owner = NULL, lease_expires_at = NULL"
-                " WHERE job_id = %s AND state IN ('queued', 'leased')",
-                (job_id,),
             )
             await conn.execute("DELETE FROM ocr_job_documents WHERE job_id = %s", (job_id,))
         return True
@@ -370,7 +377,13 @@ class JobStore:
     async def purge(self, owner: str, job_id: uuid.UUID) -> bool:
         """Delete the job now, with its document, pages, ranges and webhook delivery (ON DELETE CASCADE):
         a worker reading one of its pages loses its lease and writes nothing. False: no such job."""
-        async with self.pool.connection() as conn:
+        async with self.pool.connection() as conn, conn.transaction():
+            # The ranges first (the lock order above), then the job and, by cascade, the rest.
+            await conn.execute(
+                "DELETE FROM ocr_job_ranges r USING ocr_jobs j"
+                " WHERE j.id = r.job_id AND j.id = %s AND j.owner = %s",
+                (job_id, owner),
+            )
             cur = await conn.execute("DELETE FROM ocr_jobs WHERE id = %s AND owner = %s", (job_id, owner))
             return cur.rowcount == 1
 
