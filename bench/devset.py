@@ -22,6 +22,7 @@ import hashlib
 import io
 import os
 import random
+import re
 import shutil
 import subprocess
 import sys
@@ -53,7 +54,8 @@ class DevPage:
     image: Image.Image  # the degraded page, RGB
     text: str  # ground truth, whitespace runs made one space
     spec: dict
-    cells: list[list[str]] | None = None  # a table's cells, row by row (`cells` in the manifest)
+    # The page's tables' cells, row by row, top to bottom (`cells` in the manifest: one; `cells_from`: each).
+    tables: list[list[list[str]]] | None = None
 
 
 def manifest() -> dict:
@@ -207,13 +209,76 @@ def build_page(spec: dict, sources: dict, cache: Path = CACHE) -> DevPage:
         clean = Image.open(io.BytesIO(png)).convert("RGB")
     if spec.get("rotate"):
         clean = clean.rotate(int(spec["rotate"]), expand=True)
-    cells = None
+    tables = None
     if "cells" in spec:
         with _member(spec["source"], src, spec["cells"], cache).open(encoding="utf-8", newline="") as f:
             rows = [row for row in csv.reader(f) if row][: spec.get("cells_rows")]
-        keep = [c for c in range(max(map(len, rows))) if any(c < len(r) and r[c].strip() for r in rows)]
-        cells = [[flat(r[c]) if c < len(r) else "" for c in keep] for r in rows]
-    return DevPage(spec["name"], spec["kind"], degrade(clean, spec["name"]), flat(text), spec, cells)
+        tables = [_dense(rows)]
+    elif spec.get("cells_from") == "pdfplumber":
+        pdf = _member(spec["source"], src, spec["file"], cache)
+        tables = [_dense(t) for t in ruled_tables(pdf, spec["page"])]
+        for old, new in spec.get("cells_fix", []):  # the text layer's quirks (the manifest says which)
+            tables = [[[c.replace(old, new) for c in row] for row in t] for t in tables]
+    return DevPage(spec["name"], spec["kind"], degrade(clean, spec["name"]), flat(text), spec, tables)
+
+
+def _dense(rows: list[list[str | None]]) -> list[list[str]]:
+    """A table's rows as cell texts (whitespace runs made one space, none for an empty cell), the columns
+    empty on every row (tabula's margin column) dropped."""
+    keep = [c for c in range(max(map(len, rows))) if any(c < len(r) and (r[c] or "").strip() for r in rows)]
+    return [[flat(r[c] or "") if c < len(r) else "" for c in keep] for r in rows]
+
+
+def _ends(values: list[float], tol: float = 1.0) -> list[float]:
+    """The values sorted, those within `tol` of the one before dropped (one rule's ends drawn twice)."""
+    out: list[float] = []
+    for v in sorted(values):
+        if not out or v - out[-1] > tol:
+            out.append(v)
+    return out
+
+
+def ruled_tables(pdf: Path, page: int) -> list[list[list[str | None]]]:
+    """The page's ruled tables, top to bottom, read by pdfplumber on the grid their vector rules give.
+
+    A layout program draws a table's rules cell by cell: a vertical rule is a run of segments, one per
+    row, and a horizontal rule a run of segments, one per column. A table is the extent of a run of
+    vertical segments (end to start, same x) with the horizontal rules within it; its row boundaries are the
+    ends of its vertical segments and its horizontal rules, its column boundaries the ends of its
+    horizontal rules' segments. pdfplumber's explicit strategy reads the text of each cell of that grid
+    (a character to the cell its middle lies in; Table.extract)."""
+    import pdfplumber
+
+    with pdfplumber.open(pdf) as doc:
+        pg = doc.pages[page - 1]
+        hs = [e for e in pg.edges if e["orientation"] == "h"]
+        vs = sorted((e for e in pg.edges if e["orientation"] == "v"), key=lambda e: (e["top"], e["x0"]))
+        spans: list[list[float]] = []  # the tables' vertical extents, merged
+        for e in vs:
+            if spans and e["top"] <= spans[-1][1] + 1.0:
+                spans[-1][1] = max(spans[-1][1], e["bottom"])
+            else:
+                spans.append([e["top"], e["bottom"]])
+        out = []
+        for top, bottom in spans:
+            rules = [e for e in hs if top - 1.0 <= e["top"] <= bottom + 1.0]
+            if not rules:
+                continue
+            cols = _ends([x for e in rules for x in (e["x0"], e["x1"])])
+            inner = [e for e in vs if top <= e["top"] and e["bottom"] <= bottom]
+            rows = _ends([e["top"] for e in rules] + [y for e in inner for y in (e["top"], e["bottom"])])
+            # The outer rules close the grid; a vertical segment's end within a point of one is that rule.
+            if len(cols) < 2 or len(rows) < 2:
+                continue
+            settings = {
+                "vertical_strategy": "explicit",
+                "horizontal_strategy": "explicit",
+                "explicit_vertical_lines": cols,
+                "explicit_horizontal_lines": rows,
+            }
+            box = (cols[0], rows[0], cols[-1], rows[-1])
+            out += [t.extract() for t in pg.crop(box, strict=False).find_tables(settings)]
+        return out
 
 
 def build(cache: Path = CACHE) -> list[DevPage]:
@@ -234,36 +299,72 @@ def bag_of_words_error(ref: str, hyp: str) -> float:
     return 1.0 - sum((r & h).values()) / total if total else 0.0
 
 
-def table_grid(page: Any) -> list[list[str]] | None:
-    """The engine page's largest table as rows of cell texts (a spanning cell in its first column)."""
-    tables = [b.table for b in page.blocks if b.table is not None]
-    if not tables:
-        return None
-    t = max(tables, key=lambda t: len(t.cells))
-    grid = [[""] * t.columns for _ in range(t.rows)]
-    for c in t.cells:
-        grid[c.row][c.column] = flat(" ".join(page.lines[i].text for i in c.lines))
-    return grid
+def table_grids(page: Any) -> list[list[list[str]]]:
+    """The engine page's tables top to bottom, each as rows of cell texts (a spanning cell in its first
+    column)."""
+    out = []
+    for t in (b.table for b in page.blocks if b.table is not None):
+        grid = [[""] * t.columns for _ in range(t.rows)]
+        for c in t.cells:
+            grid[c.row][c.column] = flat(" ".join(page.lines[i].text for i in c.lines))
+        out.append(grid)
+    return out
+
+
+def match_tables(truths: list[list[list[str]]], grids: list[list[list[str]]]) -> list[list[list[str]] | None]:
+    """The engine's table for each of the truth's: for one, the page's largest (a title or note read as a
+    small table of its own does not take its place); for several, the engine's by position, top to bottom."""
+    if len(truths) == 1:
+        return [max(grids, key=lambda g: sum(map(len, g)), default=None)]
+    return [grids[k] if k < len(grids) else None for k in range(len(truths))]
+
+
+_LEADER = re.compile(r"(?:\s*\.)+\s*$")
+
+
+def _cell_text(text: str) -> str:
+    """A cell's text as compared: case aside, its dot leaders (a trailing run of dots) dropped."""
+    return _LEADER.sub("", text).casefold()
 
 
 def table_score(truth: list[list[str]], grid: list[list[str]] | None) -> dict:
     """Rows and columns, ours beside the truth's, and the share of the truth's cells whose text we give in
-    the same row and column (case and whitespace aside); the mean CER over those cells."""
+    the same row and column (case, whitespace and dot leaders aside); the mean CER over those cells. And
+    `cells_exact_aligned`: the same share with the truth's rows paired with ours in order (difflib over the
+    rows' texts: rows alike pair up, the rows between two such pairs one to one in order), so that one row
+    too many or too few (a head on two lines read as two rows) costs its own cells, not every row's after."""
+    import difflib
+
     import jiwer
 
     grid = grid or []
     ours_cols = max(map(len, grid), default=0)
+
+    def text(g: list[list[str]], r: int, c: int) -> str:
+        return _cell_text(g[r][c] if r < len(g) and c < len(g[r]) else "")
+
     exact, cers = 0, []
     for r, row in enumerate(truth):
-        for c, want in enumerate(row):
-            got = grid[r][c] if r < len(grid) and c < len(grid[r]) else ""
-            exact += got.casefold() == want.casefold()
+        for c, _ in enumerate(row):
+            got, want = text(grid, r, c), text(truth, r, c)
+            exact += got == want
             cers.append(min(1.0, jiwer.cer(want, got)) if want else float(bool(got)))
+    keys = [["\t".join(_cell_text(c) for c in row) for row in g] for g in (truth, grid)]
+    pairs: dict[int, int] = {}
+    matcher = difflib.SequenceMatcher(None, keys[0], keys[1], autojunk=False)
+    for _, i1, i2, j1, j2 in matcher.get_opcodes():
+        pairs.update(zip(range(i1, i2), range(j1, j2), strict=False))
+    aligned = sum(
+        r in pairs and text(grid, pairs[r], c) == text(truth, r, c)
+        for r, row in enumerate(truth)
+        for c in range(len(row))
+    )
     n = sum(map(len, truth))
     return {
         "rows": [len(grid), len(truth)],
         "columns": [ours_cols, max(map(len, truth))],
         "cells_exact": exact / n if n else 0.0,
+        "cells_exact_aligned": aligned / n if n else 0.0,
         "cell_cer": mean(cers) if cers else 0.0,
     }
 
@@ -328,9 +429,13 @@ def bench_devset() -> dict:
                     "ours": {"cer": jiwer.cer(p.text, hyp), "bow": bag_of_words_error(p.text, hyp)},
                 }
             )
-            if p.cells is not None:
-                rows[-1]["table"] = table_score(p.cells, table_grid(got))
-                log(f"devset: {p.name} table {rows[-1]['table']}")
+            if p.tables is not None:
+                if "cells_from" in p.spec:
+                    rows[-1]["cells_from"] = p.spec["cells_from"]
+                found = match_tables(p.tables, table_grids(got))
+                rows[-1]["tables"] = [table_score(t, g) for t, g in zip(p.tables, found, strict=True)]
+                for k, score in enumerate(rows[-1]["tables"]):
+                    log(f"devset: {p.name} table {k + 1} {score}")
             log(f"devset: {p.name} ours CER {rows[-1]['ours']['cer']:.3f} in {engine_s:.1f} s")
     finally:
         asyncio.run(eng.close())

@@ -301,23 +301,23 @@ def devset_rows(ds: dict | None) -> list[tuple[str, str, str, str, str, str, str
             f"{len(ds['pages'])} pages at {ds['dpi']} dpi; layout {layout:.1f} ms of it; {tess or missing}",
         )
     )
-    for r in ds["pages"]:  # tables against the cells their package's own tests expect (tabula-py's CSV)
-        if "table" not in r:
-            continue
-        tb = r["table"]
-        shape_ok = tb["rows"][0] == tb["rows"][1] and tb["columns"][0] == tb["columns"][1]
-        rows.append(
-            (
-                f"9 table {r['page']}: rows x columns",
-                f"{tb['rows'][0]} x {tb['columns'][0]}",
-                f"{tb['rows'][1]} x {tb['columns'][1]}",
-                "",
-                "= the truth's",
-                verdict(shape_ok),
-                f"cells exact {tb['cells_exact']:.1%} (case aside), mean cell CER {tb['cell_cer']:.3f}; "
-                "reference: tabula-py's expected CSV",
+    for r in ds["pages"]:  # tables against their truth: tabula-py's expected CSV, or pdfplumber on the rules
+        ref = "pdfplumber on the PDF's rules" if "cells_from" in r else "tabula-py's expected CSV"
+        for k, tb in enumerate(r.get("tables", [])):
+            shape_ok = tb["rows"][0] == tb["rows"][1] and tb["columns"][0] == tb["columns"][1]
+            rows.append(
+                (
+                    f"9 table {r['page']}{f' #{k + 1}' if len(r['tables']) > 1 else ''}: rows x columns",
+                    f"{tb['rows'][0]} x {tb['columns'][0]}",
+                    f"{tb['rows'][1]} x {tb['columns'][1]}",
+                    "",
+                    "= the truth's",
+                    verdict(shape_ok),
+                    f"cells exact {tb['cells_exact']:.1%} (case and dot leaders aside; rows aligned "
+                    f"{tb.get('cells_exact_aligned', 0.0):.1%}), mean cell CER {tb['cell_cer']:.3f}; "
+                    f"reference: {ref}",
+                )
             )
-        )
     for r in ds["pages"]:
         t = r.get("tesseract")
         rows.append(

@@ -7,7 +7,7 @@ import re
 
 from PIL import Image, ImageDraw
 
-from bench.devset import bag_of_words_error, degrade, flat, manifest, page_text
+from bench.devset import bag_of_words_error, degrade, flat, manifest, page_text, ruled_tables, table_score
 
 KINDS = {"multi-column", "single", "rotated", "table-ruled", "table-unruled", "form", "receipt", "invoice"}
 
@@ -68,3 +68,58 @@ def test_degrade_is_seeded_and_looks_scanned() -> None:
     assert a.tobytes() != c.tobytes()
     assert a.size != page.size  # skewed with the canvas grown to hold the turned page
     assert a.getextrema()[0][0] < 40  # the rule is still dark
+
+
+def test_ruled_tables_are_read_on_the_grid_their_rules_give(tmp_path) -> None:
+    """Two tables drawn with fpdf2 as the census page's were drawn (pdfplumber reads the PDF): a vertical
+    rule a segment per row, a horizontal rule a segment per column, over the table, under its head and
+    under it only: each table on its own grid, top to bottom, a label on two lines within one cell one row."""
+    from fpdf import FPDF
+
+    pdf = FPDF(unit="pt", format="letter")
+    pdf.add_page()
+    pdf.set_font("helvetica", size=8)
+
+    def table(top: float, widths: list[float], rows: list[tuple[float, list[str]]]) -> None:
+        y = top
+        for r, (height, cells) in enumerate(rows):
+            x = 50.0
+            for w, text in zip(widths, cells, strict=True):
+                pdf.line(x, y, x, y + height)
+                pdf.line(x + w, y, x + w, y + height)
+                if r < 2:  # over the table, under its head
+                    pdf.line(x, y, x + w, y)
+                if r == len(rows) - 1:
+                    pdf.line(x, y + height, x + w, y + height)
+                for k, part in enumerate(text.split("/")):
+                    pdf.text(x + 3, y + 9 + 9 * k, part)
+                x += w
+            y += height
+
+    first = [(12.0, ["Offense", "Total", "Male"]), (21.0, ["Murder and/manslaughter", "10.0", "9.0"]),
+             (12.0, ["Robbery", "102.1", "90.0"])]  # fmt: skip
+    table(100, [120, 50, 50], first)
+    table(200, [80, 80], [(12.0, ["White", "Black"]), (12.0, ["4,741", "4,801"])])
+    path = tmp_path / "tables.pdf"
+    pdf.output(str(path))
+    got = [[[flat(c or "") for c in row] for row in t] for t in ruled_tables(path, 1)]
+    assert got == [
+        [
+            ["Offense", "Total", "Male"],
+            ["Murder and manslaughter", "10.0", "9.0"],
+            ["Robbery", "102.1", "90.0"],
+        ],
+        [["White", "Black"], ["4,741", "4,801"]],
+    ]
+
+
+def test_table_score_by_position_and_with_rows_aligned() -> None:
+    # A head read as two rows: by position every row after it is off; aligned, only its own cells are.
+    truth = [["Offense", "Under 18 years"], ["Robbery", "25.5"], ["Arson", "4.3"], ["Fraud", "5.1"]]
+    grid = [["Offense", "Under 18"], ["", "years"], ["Robbery ......", "25.5"], ["ARSON.", "4.3"],
+            ["Fraud", "5.1"]]  # fmt: skip
+    score = table_score(truth, grid)
+    assert score["rows"] == [5, 4] and score["columns"] == [2, 2]
+    assert score["cells_exact"] == 1 / 8  # "Offense" alone
+    assert score["cells_exact_aligned"] == 7 / 8  # all but "Under 18 years"; leaders and case aside
+    assert table_score(truth, None)["cells_exact_aligned"] == 0.0

@@ -10,12 +10,13 @@ import random
 
 import jiwer
 import pytest
+from PIL import Image, ImageDraw
 
 from ocr_app.documents.image import PageImage
 from ocr_app.engines.layout import HEAD_GAP, page_layout, reading_order, row_order
 from ocr_app.engines.rapidocr.engine import RapidOcrEngine
 
-from .docs import ARTICLE, TABLE, layout_pages, photo_like, render_columns
+from .docs import ARTICLE, TABLE, font_for, layout_pages, photo_like, render_columns
 
 H = 20  # line height of the synthetic boxes; a 400-wide column holds ~45 characters of it
 
@@ -405,3 +406,42 @@ def test_a_table_block_has_at_least_three_rows(rows, kinds):
     # Rows of an item and its price: TABLE_MIN_ROWS of them are a table; one fewer, a paragraph.
     items = receipt([120, 200, 90][:rows], [60, 55, 70][:rows], right=400)
     assert [kind for kind, _ in layout(shuffled(items))] == kinds
+
+
+# A statistical table set as the census page of the development set sets it: head and foot rules, labels
+# indented by level, a label wrapped onto a second, further indented line with the figures on that line.
+STATS = [
+    (0, ["Violent crime", "467.9", "380.2", "87.7"]),
+    (1, ["Murder and nonnegligent"]),
+    (2, ["manslaughter", "10.0", "9.0", "1.1"]),
+    (1, ["Robbery", "102.1", "90.0", "12.1"]),
+    (1, ["Aggravated assault", "338.4", "264.0", "74.4"]),
+    (0, ["Property crime", "1,396.4", "875.9", "608.2"]),
+    (1, ["Burglary", "240.9", "205.0", "35.9"]),
+]
+
+
+def test_a_wrapped_label_is_one_row_read_through_the_engine(engine):
+
+    size, pitch = 30, 46
+    font = font_for("en", size)
+    image = Image.new("RGB", (1200, 120 + (len(STATS) + 1) * pitch), "white")
+    draw = ImageDraw.Draw(image)
+    stops = [680, 880, 1080]  # the figures' right edges
+    y = 60
+    for x, text in zip([60, *stops], ["Offense", "Total", "Male", "Female"], strict=True):
+        draw.text((x, y), text, fill="black", font=font, anchor="la" if x == 60 else "ra")
+    draw.line((40, y + pitch - 6, 1160, y + pitch - 6), fill="black", width=2)
+    for level, row in STATS:
+        y += pitch
+        draw.text((60 + 40 * level, y), row[0], fill="black", font=font)
+        for x, text in zip(stops, row[1:], strict=False):
+            draw.text((x, y), text, fill="black", font=font, anchor="ra")
+    draw.line((40, y + pitch, 1160, y + pitch), fill="black", width=2)
+    page = engine._run(image)
+    [table] = [b.table for b in page.blocks if b.table is not None]
+    assert (table.rows, table.columns) == (len(STATS), 4)  # the head and 6 rows: the turnover joined
+    got = {(c.row, c.column): " ".join(page.lines[i].text for i in c.lines) for c in table.cells}
+    assert got[(2, 0)].casefold() == "murder and nonnegligent manslaughter"
+    assert [got.get((2, k)) for k in (1, 2, 3)] == ["10.0", "9.0", "1.1"]
+    assert got[(3, 0)] == "Robbery" and got[(1, 0)] == "Violent crime"

@@ -233,3 +233,33 @@ def test_nothing_and_one_box():
     assert table_cells([], []).cells == []
     t = table_cells([box(0, 0, 50)], [0])
     assert (t.rows, t.columns, t.order()) == (1, 1, [0])
+
+
+def turnover_boxes(indent: float, back: float, up: float = 0) -> list:
+    """A label, its turnover `indent` right of it with figures on it, and a next label `back` left of the
+    turnover, under two full rows (the columns); the label `up` higher than the rows' pitch (30) puts it."""
+    boxes = [box(0, 0, 100), box(200, 0, 260), box(300, 0, 360)]
+    boxes += [box(0, 30, 100), box(200, 30, 260), box(300, 30, 360)]
+    boxes += [box(20, 60 - up, 70), box(76, 60 - up, 150)]  # "Murder and" "nonnegligent" (split), alone
+    boxes += [box(20 + indent, 90, 130), box(200, 90, 260), box(300, 90, 360)]  # "manslaughter" 10.0 9.0
+    boxes += [box(20 + indent - back, 120, 120), box(200, 120, 260), box(300, 120, 360)]
+    return boxes
+
+
+def test_a_turnover_at_the_indent_limit_and_one_under():
+    # INDENT h right of the lone line and INDENT h back: one row, its lines in printed order (the first
+    # line's two pieces, then the turnover, whose box starts between them); a unit less either way, two rows.
+    least = tables.INDENT * H
+    rows = grid(turnover_boxes(least, least))
+    assert len(rows) == 4
+    assert rows[2] == [(0, 1, [6, 7, 8]), (1, 1, [9]), (2, 1, [10])]
+    assert len(grid(turnover_boxes(least - 1, least))) == 5
+    assert len(grid(turnover_boxes(least, least - 1))) == 5  # a heading over indented rows
+
+
+def test_a_turnover_at_the_pitch_limit_and_one_past():
+    # The lone line TURNOVER_PITCH times the usual pitch (30: the median, whatever it moves) above the
+    # row under it is its turnover's; a unit more, a row of its own.
+    more = (tables.TURNOVER_PITCH - 1) * 30
+    assert len(grid(turnover_boxes(6, 6, up=more))) == 4
+    assert len(grid(turnover_boxes(6, 6, up=more + 1))) == 5

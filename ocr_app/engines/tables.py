@@ -11,8 +11,15 @@ number of rows with a box over it is counted; a separator is a run at least SEPA
 SPAN_SHARE of the rows cross (a spanning head, a title over the table), and the columns are what lies between
 separators. A box belongs to the columns between the separators left and right of it: one, or several for a
 spanning cell (it crosses a separator's middle). Boxes of one row whose columns meet are one cell, their text
-joined left to right (the detector may split a cell's words at a wide space). Alignment cannot see a cell
-that wraps onto a second line: it is two rows, each with its part.
+joined left to right (the detector may split a cell's words at a wide space).
+
+A row label wrapped onto a second line (a turnover: "Murder and nonnegligent" over "manslaughter ....",
+the figures on the label's last line, as statistical tables set them) is one row: a row whose only cell is
+in the first column joins the row under it (at most TURNOVER_PITCH times the table's usual row pitch
+below) when that row has cells in other columns, its first cell starts at least INDENT h right of the
+lone line (a turnover is indented), and the row after it (if any) starts at least INDENT h left of that
+(back out: the indented line ended the label; a heading over a list of indented rows is not joined).
+The cell's lines are read line by line, its box their union.
 
 Noise (a box under NOISE_MAX_WIDTH h wide: a bullet, a stray mark, a piece of a vertical rule) is not
 counted over the x-axis, so that it cannot split a separator.
@@ -45,6 +52,11 @@ SPAN_SHARE = 0.15
 NOISE_MAX_WIDTH = 0.6
 PADDING = 0.15
 GRID = 20  # x-axis steps per h
+# A turnover's indent, at least: on the census table (bench/devset.yaml) a turnover starts 0.2-0.5 h right
+# of its first line and the next label 0.2-0.6 h left of it, while the labels of one level start within
+# 0.1 h of each other (the detector's boxes).
+INDENT = 0.15
+TURNOVER_PITCH = 1.5
 
 
 @dataclass
@@ -53,7 +65,7 @@ class Cell:
     column: int  # 0-based, the leftmost column it covers
     row_span: int
     column_span: int
-    lines: list[int]  # indices of its boxes, left to right
+    lines: list[int]  # indices of its boxes, line by line, left to right
     bbox: Box
 
 
@@ -92,6 +104,10 @@ def table_cells(boxes: Sequence[Box], ids: Sequence[int]) -> Table:
     for k in range(len(b)):
         over = np.flatnonzero((x0[k] < hi_edge) & (x1[k] > lo_edge))
         first[k], last[k] = (over[0], over[-1]) if len(over) else (nearest[k], nearest[k])
+    line = np.empty(len(b), dtype=np.int64)  # each box's printed line (its row before turnovers join)
+    for r, members in enumerate(rows):
+        line[members] = r
+    rows = _turnovers(rows, x0, (y0 + y1) / 2, first, last, h)
     cells: list[Cell] = []
     for r, members in enumerate(rows):
         members = sorted(members, key=lambda k: (first[k], x0[k]))
@@ -101,9 +117,9 @@ def table_cells(boxes: Sequence[Box], ids: Sequence[int]) -> Table:
                 group.append(k)
                 continue
             if group:
-                cells.append(_cell(r, group, idx, b, first, last))
+                cells.append(_cell(r, group, idx, b, first, last, line))
             group = [k]
-        cells.append(_cell(r, group, idx, b, first, last))
+        cells.append(_cell(r, group, idx, b, first, last, line))
     return Table(len(rows), len(starts) + 1, cells)
 
 
@@ -172,6 +188,42 @@ def _rows(centre: np.ndarray, h: float) -> list[list[int]]:
     return out
 
 
+def _turnovers(
+    rows: list[list[int]], x0: np.ndarray, centre: np.ndarray, first: np.ndarray, last: np.ndarray, h: float
+) -> list[list[int]]:
+    """The rows with each turnover (see the module's doc) joined to the row under it."""
+    if len(rows) < 2:
+        return rows
+    mid = [float(np.mean(centre[m])) for m in rows]
+    pitch = float(np.median(np.diff(mid)))
+
+    def start(m: list[int]) -> float | None:  # where the row's first-column cell starts
+        xs = [float(x0[k]) for k in m if first[k] == 0]
+        return min(xs) if xs else None
+
+    out: list[list[int]] = []
+    carry: list[int] = []
+    for r, members in enumerate(rows):
+        members = carry + members
+        carry = []
+        lone = all(first[k] == 0 and last[k] == 0 for k in rows[r])
+        if lone and r + 1 < len(rows) and mid[r + 1] - mid[r] <= TURNOVER_PITCH * pitch:
+            here, below = start(rows[r]), start(rows[r + 1])
+            after = start(rows[r + 2]) if r + 2 < len(rows) else -np.inf
+            if (
+                here is not None
+                and below is not None
+                and after is not None
+                and any(last[k] > 0 for k in rows[r + 1])
+                and below - here >= INDENT * h
+                and below - after >= INDENT * h
+            ):
+                carry = members
+                continue
+        out.append(members)
+    return out
+
+
 def _separators(
     x0: np.ndarray, x1: np.ndarray, rows: list[list[int]], h: float
 ) -> tuple[np.ndarray, np.ndarray]:
@@ -207,11 +259,17 @@ def _separators(
 
 
 def _cell(
-    row: int, group: list[int], idx: np.ndarray, b: np.ndarray, first: np.ndarray, last: np.ndarray
+    row: int,
+    group: list[int],
+    idx: np.ndarray,
+    b: np.ndarray,
+    first: np.ndarray,
+    last: np.ndarray,
+    line: np.ndarray,
 ) -> Cell:
     lo = int(min(first[k] for k in group))
     hi = int(max(last[k] for k in group))
-    members = sorted(group, key=lambda k: (b[k, 0], b[k, 1]))
+    members = sorted(group, key=lambda k: (line[k], b[k, 0], b[k, 1]))
     return Cell(
         row=row,
         column=lo,
