@@ -106,6 +106,8 @@ def refusal(ip: IPAddress) -> type[AddressRefused] | None:
 def ip_literal(host: str) -> IPAddress | None:
     """The address a host stands for when it is an address: dotted, IPv6, or the shorthands inet_aton
     accepts (the resolver would: 2130706433, 0x7f.1, 0177.0.0.1)."""
+    # mutation: NumberReplacer to `split("%", 2)` is equivalent: part 0 is what precedes the first "%"
+    # whatever the number of splits past the first.
     text = host.strip("[]").split("%", 1)[0]
     try:
         return ipaddress.ip_address(text)
@@ -139,6 +141,9 @@ def allowed_host_entry(entry: str) -> bool:
     if _network(entry) is not None:
         return True
     name = _name(entry)
+    # mutation: ReplaceComparisonOperator_Lt_LtE to `0 <= len(name)` is equivalent: the empty name's one
+    # label, "", is no _LABEL ({1,63}), whatever the bound says of its length.
+    # mutation: NumberReplacer to `-1 < len(name)` is equivalent, as that one.
     return 0 < len(name) <= 253 and all(_LABEL.fullmatch(label) for label in name.split("."))
 
 
@@ -176,6 +181,7 @@ async def checked_address(host: str, port: int, policy: Policy, resolver: Resolv
             found = await (resolver or RESOLVER)(host, port)
         except (OSError, UnicodeError) as err:
             raise UrlUnresolvable(f"{host} could not be resolved ({err})") from None
+        # mutation: NumberReplacer to `split("%", 2)` is equivalent: part 0 is the same (as in ip_literal).
         addresses = [ipaddress.ip_address(a.split("%", 1)[0]) for a in found]
         if not addresses:
             raise UrlUnresolvable(f"{host} could not be resolved (no address)")

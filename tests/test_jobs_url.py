@@ -19,7 +19,17 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import httpx
 import pytest
 
-from ocr_app.egress import Policy, allowed_host_entry, refusal, system_resolver
+import ocr_app.egress
+from ocr_app.egress import (
+    Policy,
+    allowed_host_entry,
+    carried,
+    checked_address,
+    guarded_client,
+    ip_literal,
+    refusal,
+    system_resolver,
+)
 from ocr_app.errors import (
     LinkLocalRefused,
     LoopbackRefused,
@@ -29,9 +39,11 @@ from ocr_app.errors import (
     PrivateRefused,
     ReservedRefused,
     UniqueLocalRefused,
+    UnsupportedMediaType,
     UrlFetchFailed,
+    UrlUnsupportedScheme,
 )
-from ocr_app.jobs.fetch import _why, fetch
+from ocr_app.jobs.fetch import _media_type, _why, check_url, fetch
 
 from .test_errors import assert_error
 from .test_jobs import PDF_TYPE, StallServer, doc, make_server, wait_status
@@ -371,11 +383,153 @@ def test_the_system_resolver_answers_an_address_for_itself():
 def test_allowed_host_entries_at_their_limits():
     for entry in ("10.0.0.0/8", "192.0.2.1", "[::1]", "fc00::/7", "docs.internal", "Docs.Internal."):
         assert allowed_host_entry(entry), entry
+    # A network written with its host bits set is that network.
+    assert allowed_host_entry("10.1.2.3/8")
+    assert Policy.of(["10.1.2.3/8"]).networks == (ipaddress.IPv4Network("10.0.0.0/8"),)
+    assert allowed_host_entry("a") and allowed_host_entry("a.")  # one character: the shortest name
     name = ".".join(["a" * 63] * 3 + ["b" * 61])  # 253 characters: the longest name
     assert len(name) == 253 and allowed_host_entry(name)
     assert not allowed_host_entry(name + "b")  # one past
     for entry in ("", "a..b", "-a.example", "a-.example", "a_b.example", "a" * 64 + ".example"):
         assert not allowed_host_entry(entry), entry
+
+
+# The guard's parts without the app, for what the app's answers above cannot tell apart (each kills mutants
+# of `make mutate MODULE=egress`).
+
+
+@pytest.mark.parametrize(
+    ("address", "ipv4"),
+    [
+        ("::", None),  # itself (unspecified), as ::1 is
+        ("::1", None),
+        ("::2", "0.0.0.2"),  # the first compatible (::/96) address taken for the IPv4 one it carries
+        ("::8.8.8.9", "8.8.8.9"),  # an odd one: its last bit kept
+        ("::255.255.255.255", "255.255.255.255"),  # the last of ::/96
+        ("::1:0:0", None),  # one past it: 2**32
+        ("64:ff9b::8.8.8.9", "8.8.8.9"),  # NAT64
+        ("64:ff9b::255.255.255.255", "255.255.255.255"),  # the last of 64:ff9b::/96
+        ("64:ff9b::1:0:0", None),  # one past it
+    ],
+)
+def test_the_ipv4_address_an_ipv6_one_carries(address, ipv4):
+    ip = ipaddress.ip_address(address)
+    assert carried(ip) == (ip if ipv4 is None else ipaddress.IPv4Address(ipv4))
+
+
+@pytest.mark.parametrize(
+    ("host", "address"),
+    [
+        ("127.0.0.1", "127.0.0.1"),
+        ("[::1]", "::1"),
+        ("[fe80::1%eth0]", "fe80::1"),  # a zone id: the address without it
+        ("2130706433", "127.0.0.1"),
+        ("0x7f.1", "127.0.0.1"),
+        ("0x7f.0xa", "127.0.0.10"),  # ends with a hex letter: still an address to inet_aton
+        ("", None),
+        ("[]", None),
+        ("a.1", None),  # starts with a letter: a name
+        ("1.2.3.4.5", None),  # digits and dots that inet_aton refuses
+        ("1e5", None),
+        ("docs.internal", None),
+        # glibc's inet_aton stops at a space (127.0.0.1); not an address here, a name the resolver answers
+        # for (and each of its answers is judged). URLs never have one in their host anyway.
+        ("127.0.0.1 x", None),
+    ],
+)
+def test_an_ip_literal_is_read_as_its_address_and_a_name_is_not(host, address):
+    assert ip_literal(host) == (None if address is None else ipaddress.ip_address(address))
+
+
+def answering(*addresses: str):
+    async def resolver(host: str, port: int) -> list[str]:
+        return list(addresses)
+
+    return resolver
+
+
+@pytest.fixture
+def no_system_resolver(monkeypatch):
+    """The system's resolver, should the guard ask it instead of the test's: a failure, and no lookup."""
+
+    async def refuse(host: str, port: int) -> list[str]:
+        raise AssertionError(f"the system's resolver was asked for {host}")
+
+    monkeypatch.setattr(ocr_app.egress, "RESOLVER", refuse)
+
+
+def test_the_first_of_several_addresses_is_the_one_connected_to(no_system_resolver):
+    # All allowed; the connection goes to the first, in the resolver's order (RFC 6724's, getaddrinfo's).
+    policy = Policy.of(["127.0.0.0/8"])
+    resolver = answering("127.0.0.2", "127.0.0.1")
+    assert asyncio.run(checked_address("multi.example", 80, policy, resolver)) == "127.0.0.2"
+
+
+def test_an_answer_with_a_zone_id_is_judged_without_it(no_system_resolver):
+    resolver = answering("fd00:ec2::254%eth0")  # with its zone it would be a mere unique-local one
+    with pytest.raises(MetadataRefused):
+        asyncio.run(checked_address("zoned.example", 80, Policy(), resolver))
+
+
+@pytest.mark.parametrize(
+    ("url", "named"),
+    [
+        ("ftp://docs.internal/doc.pdf", "ftp"),
+        ("FILE:///etc/passwd", "file"),
+        ("docs.internal/doc.pdf", "one without a scheme"),
+        ("docs.internal:8080/a:b", "docs.internal"),  # what precedes the first colon
+    ],
+)
+def test_a_url_of_another_scheme_is_named_by_it(url, named):
+    with pytest.raises(UrlUnsupportedScheme) as err:
+        check_url(url)
+    assert str(err.value) == f"url must be an http or https URL, not {named}"
+
+
+@pytest.mark.parametrize(
+    ("body", "declared", "media_type"),
+    [
+        (b"%PDF-1.7", "text/plain", PDF_TYPE),  # the bytes say it first
+        (b"not an image", "image/png; charset=x", "image/png"),  # the decoder says what is wrong with it
+        (b"not an image", "IMAGE/TIFF", "image/tiff"),
+    ],
+)
+def test_a_fetched_documents_type(body, declared, media_type):
+    assert _media_type(body, declared) == media_type
+
+
+@pytest.mark.parametrize(
+    ("declared", "said"),
+    [
+        (PDF_TYPE, PDF_TYPE),  # a PDF is known by its bytes: declared alone, it is not one
+        ("text/plain", "text/plain"),
+        (None, "of no declared type"),
+    ],
+)
+def test_a_fetched_document_of_no_supported_type(declared, said):
+    with pytest.raises(UnsupportedMediaType) as err:
+        _media_type(b"just words", declared)
+    assert str(err.value).startswith(f"the document at the URL is {said} and not one of ")
+
+
+def test_a_fetch_is_bounded_in_time_as_a_whole(no_system_resolver):
+    # A resolver that never answers: only the whole fetch's bound (job_url_timeout_s) ends it.
+    async def never(host: str, port: int) -> list[str]:
+        await asyncio.Event().wait()
+        return []
+
+    with pytest.raises(UrlFetchFailed, match=r"not fetched within 0\.01 s \(job_url_timeout_s\)"):
+        asyncio.run(fetch("http://slow.example/doc.pdf", MAX_JOB_BYTES, 0.01, MAX_REDIRECTS, Policy(), never))
+
+
+def test_the_guarded_client_takes_nothing_from_the_environment(monkeypatch, tmp_path):
+    # A CA bundle or a proxy named there would change how or where the service connects, unchecked.
+    monkeypatch.setenv("SSL_CERT_FILE", str(tmp_path / "absent.pem"))
+    monkeypatch.setenv("HTTPS_PROXY", "http://192.0.2.1:3128")
+    monkeypatch.setenv("HTTP_PROXY", "http://192.0.2.1:3128")
+    client = guarded_client(Policy(), 5)
+    assert client._mounts == {}
+    assert client._transport._pool._ssl_context.get_ca_certs()  # certifi's roots
 
 
 def test_the_cli_submits_a_url_and_says_why_one_is_refused(srv, docs):
