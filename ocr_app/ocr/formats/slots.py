@@ -25,7 +25,6 @@ _SECONDS = (0.01, 0.05, 0.1, 0.25, 0.5, 1, 2, 4, 8, 15, 30, 60, 120, 300)
 
 class Renders:
     def __init__(self, limit: int, registry: CollectorRegistry | None) -> None:
-        self.limit = limit
         self._slots = asyncio.Semaphore(limit)
         self.running = 0
         self.waiting = 0
