@@ -105,7 +105,10 @@ MODULES: dict[str, Module] = {
         ),
         ("tests/test_documents.py", "tests/test_hostile.py"),
     ),
-    "layout": Module(("ocr_app/engines/layout.py",), ("tests/test_reading_order.py", "tests/test_tables.py")),
+    "layout": Module(
+        ("ocr_app/engines/layout.py",),
+        ("tests/test_reading_order.py", "tests/test_tables.py", "tests/test_deskew.py"),
+    ),
 }
 
 # Of the binary and comparison operators' replacements, those that make a plausible bug: the operation's
