@@ -174,6 +174,13 @@ class RequestTimeout(Timeout):
         super().__init__(f"request did not finish within {seconds:g} s and was cancelled")
 
 
+class JobResultTimeout(Timeout):
+    """A job's result (its pdf, built whole before the first byte) not ready within job_result_timeout_s."""
+
+    def __init__(self, seconds: float) -> None:
+        super().__init__(f"the job's result was not ready within {seconds:g} s (job_result_timeout_s)")
+
+
 class JobPageTimeout(Timeout):
     """A bulk-job page not read within job_page_timeout_s: the page's error."""
 

@@ -11,6 +11,9 @@ import asyncio
 import io
 import json
 import subprocess
+import tempfile
+import threading
+import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 
@@ -22,6 +25,7 @@ from hocr_spec import HocrValidator
 from lxml import etree
 from prometheus_client import CollectorRegistry
 
+from ocr_app.errors import JobResultTimeout
 from ocr_app.jobs import results
 from ocr_app.jobs.store import PageRow
 from ocr_app.ocr import formats
@@ -328,3 +332,96 @@ def test_a_job_sent_as_multipart_gets_its_file_as_the_pdf(job, tmp_path):
     out = asyncio.run(build())
     qpdf_check(out, tmp_path)
     assert pdftotext(out, tmp_path, "-raw") == [" ".join(page["text"].split())]
+
+
+# --- built within job_result_timeout_s (results.pdf_within) ----------------------------------------------
+
+
+class HeldStep:
+    """One of FileDocument's steps (`name`: add or save) held in its thread until released; counts the
+    steps run and notes, at each close, whether the held step had returned."""
+
+    def __init__(self, monkeypatch, name: str) -> None:
+        self.entered, self.release = threading.Event(), threading.Event()
+        self.steps: list[str] = []
+        self.closed: list[bool] = []
+        for step in ("add", "save", "close"):
+            real = getattr(results.FileDocument, step)
+            monkeypatch.setattr(results.FileDocument, step, self._wrap(step, real, held=step == name))
+
+    def _wrap(self, step, real, held):
+        def run(doc, *args):
+            self.steps.append(step)
+            if step == "close":
+                self.closed.append(self.release.is_set())
+            if held:
+                self.entered.set()
+                self.release.wait(30)
+            return real(doc, *args)
+
+        return run
+
+
+async def _until_gone(tmp_path) -> None:
+    """The build ends on its own time once released; its directory goes with it (30 s bound)."""
+    deadline = time.monotonic() + 30
+    while any(tmp_path.glob("ocr-job-pdf-*")):
+        assert time.monotonic() < deadline, "the build's directory was left behind"
+        await asyncio.sleep(0.01)
+
+
+@pytest.mark.parametrize("held", ["add", "save"])
+def test_a_pdf_whose_caller_gives_up_is_not_closed_under_its_render(job, tmp_path, monkeypatch, held):
+    """The request is cancelled while a render thread is in the document (a batch's layers, or the save):
+    the caller goes at once; the document is closed only after the thread returns, no step starts after,
+    and nothing is left on disk (what the save wrote is deleted too)."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    hold = HeldStep(monkeypatch, held)
+    store = CountingStore(rows_of(job["json"].json()["pages"], [3]), job["data"])
+
+    async def main() -> None:
+        renders = Renders(1, None)
+        request = asyncio.create_task(results.pdf_within(store, renders, uuid.uuid4(), [1, 2, 3, 4], 60))
+        await asyncio.to_thread(hold.entered.wait, 30)
+        request.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await request
+        assert hold.closed == []  # not under the thread
+        hold.release.set()
+        await _until_gone(tmp_path)
+        assert hold.closed == [True]
+        assert hold.steps == ([held, "close"] if held == "add" else ["add", held, "close"])
+        assert (renders.running, renders.waiting) == (0, 0)
+
+    asyncio.run(main())
+
+
+def test_a_pdf_not_built_in_time_is_a_timeout(job, tmp_path, monkeypatch):
+    """Past job_result_timeout_s: JobResultTimeout (the route's 504) while the layers are still held; the
+    build does not save, and leaves nothing on disk."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    hold = HeldStep(monkeypatch, "add")
+    store = CountingStore(rows_of(job["json"].json()["pages"], [3]), job["data"])
+
+    async def main() -> None:
+        with pytest.raises(JobResultTimeout, match=r"within 0.2 s \(job_result_timeout_s\)"):
+            await results.pdf_within(store, Renders(1, None), uuid.uuid4(), [1, 2, 3, 4], 0.2)
+        hold.release.set()
+        await _until_gone(tmp_path)
+        assert "save" not in hold.steps and hold.steps[-1] == "close"
+
+    asyncio.run(main())
+
+
+def test_a_pdf_built_in_time_is_the_callers(job, tmp_path, monkeypatch):
+    """Within the bound the path is the caller's, whole (nothing deletes it under the stream)."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    store = CountingStore(rows_of(job["json"].json()["pages"], [3]), job["data"])
+
+    async def main() -> bytes:
+        path = await results.pdf_within(store, Renders(1, None), uuid.uuid4(), [1, 2, 3, 4], 60)
+        await asyncio.sleep(0)  # callbacks of the build's end have run
+        assert path.exists()
+        return b"".join([c async for c in results.stream_file(path)])
+
+    assert pdftotext(asyncio.run(main()), tmp_path, "-raw") == pdftotext(job["pdf"].content, tmp_path, "-raw")

@@ -156,6 +156,24 @@ def test_other_roles_fall_back_on_the_same_defaults():
     assert found, "no fallback found: is the pattern still right?"
 
 
+# `(ocr_app_extra_config | default({})).x | default(<a number>)`: a setting without a role variable.
+EXTRA_FALLBACK = re.compile(
+    r"\(ocr_app_extra_config\s*\|\s*default\(\{\}\)\)\.(\w+)\s*\|\s*default\(\s*(-?[0-9][0-9.]*)\s*\)"
+)
+
+
+def test_other_roles_fall_back_on_the_apps_defaults_of_extra_config():
+    found = 0
+    for path in [*ROOT.glob("roles/*/defaults/*.yml"), *ROOT.glob("roles/*/templates/**/*.j2")]:
+        for name, literal in EXTRA_FALLBACK.findall(path.read_text()):
+            found += 1
+            want = Settings.model_fields[name].get_default(call_default_factory=True)
+            assert yaml.safe_load(literal) == want, (
+                f"{path.relative_to(ROOT)}: {name} | default({literal}), Settings: {want!r}"
+            )
+    assert found >= 2, "no fallback found: is the pattern still right?"
+
+
 # --- config.yml as the kit writes it ----------------------------------------------------------------------
 
 # Every app setting's variable set to something else than its default (the lab's extra settings too).

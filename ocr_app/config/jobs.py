@@ -52,6 +52,16 @@ class JobSettings(BaseModel):
         gt=0,
         description="Seconds a finished job (status, pages) is kept after it finished.",
     )
+    # A finished job's pdf is built whole before its first byte (ocr_app/jobs/results.py: about 23 ms a dense
+    # page on one core, so most of a minute for a job of max_job_pages). Past this its request is a 504 and
+    # the build stops before its next step. nginx (+15 s) and HAProxy (+30 s) wait this long on a job's
+    # result only (roles/nginx_tls, roles/ocr_lb: ocr_app_extra_config's, else this default).
+    job_result_timeout_s: float = Field(
+        300.0,
+        gt=0,
+        description="The longest a job's result may take to its first byte in seconds (a pdf is built whole "
+        "first); past it the request is a 504 timeout. The proxies wait this long on a job's result.",
+    )
     max_job_bytes: int = Field(200 * MiB, ge=1024, description="Largest job document in bytes.")
     max_job_pages: int = Field(2000, ge=1, le=100_000, description="Pages per job document.")
     max_jobs_in_flight: int = Field(8, ge=1, le=10_000, description="Jobs queued or running per API key.")

@@ -289,7 +289,9 @@ class Jobs:
             pages = await self.store.bounded(self.store.pages_of(owner, jid))
             if pages is None:
                 raise JobNotFound()
-            path = await results.build_pdf(self.store, self.pipeline.renders, jid, pages)
+            path = await results.pdf_within(
+                self.store, self.pipeline.renders, jid, pages, self.settings.job_result_timeout_s
+            )
             headers["Content-Length"] = str(path.stat().st_size)
             return results.stream_file(path), headers
         return events.result_json(self.store, jid, found["status"]), headers
