@@ -4,10 +4,12 @@
 Usage: vrrp-probe.py LAB VIP HOSTS MODE [ARGS]   (HOSTS comma-separated, VIP without prefix)
   snapshot                       per host: holds the VIP, keepalived's last state, how often it became MASTER,
                                  joined VRRP's multicast group; and which host answers HTTP on VIP:443
-  wait-holder HOST BOUND_S [STOP_ON]
+  wait-holder HOST BOUND_S [ACTION]
                                  poll (every 0.1 s) until HOST alone holds the VIP and answers on it; counts
-                                 the samples where two hosts held it. rc 1 when BOUND_S passes first. With
-                                 STOP_ON, first stop haproxy.service there: the time counts from that command
+                                 the samples where two hosts held it. rc 1 when BOUND_S passes first. ACTION,
+                                 done first (the time counts from it): stop-haproxy:H (systemctl stop haproxy
+                                 on H) or unplug:H (H's link down: to the others, H fell silent, as if dead)
+  plug HOST                      HOST's link up again
   wait-state HOST STATE BOUND_S  poll until keepalived's last "Entering X STATE" on HOST is STATE
   wait-adverts HOST N BOUND_S    poll until HOST's keepalived has received N more adverts than at the start
                                  (its stats file, SIGUSR2), noting every host seen holding the VIP meanwhile;
@@ -27,6 +29,11 @@ from lab.state import load
 STATE_RE = re.compile(r"Entering ([A-Z]+) STATE")
 RECEIVED_RE = re.compile(r"Advertisements:\s*\n\s*Received:\s*(\d+)")
 VRRP_GROUP = "224.0.0.18"
+ACTIONS = {
+    "stop-haproxy": ["systemctl", "stop", "haproxy.service"],
+    "unplug": ["ip", "link", "set", "host0", "down"],
+    "plug": ["ip", "link", "set", "host0", "up"],
+}
 
 
 def sh(lab, host: str, script: str) -> str:
@@ -96,8 +103,9 @@ def main() -> int:
     if mode == "wait-holder":
         host, bound = args[0], float(args[1])
         if len(args) > 2:
+            action, target = args[2].split(":")
             start = time.monotonic()
-            lab.exec(args[2], ["systemctl", "stop", "haproxy.service"], timeout=30)
+            lab.exec(target, ACTIONS[action], timeout=30)
         samples = both = 0
         while True:
             held = holders(lab, hosts, vip)
@@ -120,6 +128,9 @@ def main() -> int:
                 )
                 return 0 if done else 1
             time.sleep(0.1)
+    if mode == "plug":
+        lab.exec(args[0], ACTIONS["plug"], timeout=30)
+        return 0
     if mode == "wait-state":
         host, want, bound = args[0], args[1], float(args[2])
         while True:
