@@ -263,3 +263,83 @@ def test_a_turnover_at_the_pitch_limit_and_one_past():
     more = (tables.TURNOVER_PITCH - 1) * 30
     assert len(grid(turnover_boxes(6, 6, up=more))) == 4
     assert len(grid(turnover_boxes(6, 6, up=more + 1))) == 5
+
+
+def wrapped_head(second: float) -> list:
+    """A spanning head ("Both sexes") over a head of two lines, the second `second` below the first, over 6
+    rows of 4 cells 30 apart; a rule's gap (40) under the spanning head and under the head."""
+    boxes = [box(200, 0, 360)]  # 0: "Both sexes", over columns 1 and 2
+    boxes += [box(0, 40, 100), box(200, 40, 260), box(300, 40, 360)]  # 1-3: "Offense", "Under 18", "18 years"
+    y = 40 + second
+    boxes += [box(210, y, 250), box(300, y, 360), box(400, y, 460)]  # 4-6: "years", "and over", "Total"
+    for r in range(6):
+        y_r = y + 40 + 30 * r
+        boxes += [box(0, y_r, 100)] + [box(c * 100 + 100, y_r, c * 100 + 160) for c in range(1, 4)]
+    return boxes
+
+
+def test_a_head_wrapped_onto_two_lines_is_one_row():
+    # The head's second line at the rows' pitch (30): one row, each cell's lines top to bottom; the spanning
+    # head over it, a rule's gap above, a row of its own.
+    rows = grid(wrapped_head(30))
+    assert len(rows) == 8
+    assert rows[0] == [(1, 2, [0])]
+    assert rows[1] == [(0, 1, [1]), (1, 1, [2, 4]), (2, 1, [3, 5]), (3, 1, [6])]
+    assert rows[2] == [(0, 1, [7]), (1, 1, [8]), (2, 1, [9]), (3, 1, [10])]
+
+
+def test_a_wrapped_head_at_the_pitch_limit_and_one_past():
+    # HEAD_PITCH times the usual pitch (30) apart, the head's lines are one row; a unit more, two.
+    least = tables.HEAD_PITCH * 30
+    assert least == 36
+    assert len(grid(wrapped_head(least))) == 8
+    rows = grid(wrapped_head(least + 1))
+    assert len(rows) == 9
+    assert rows[1] == [(0, 1, [1]), (1, 1, [2]), (2, 1, [3])]
+
+
+def test_a_head_wrapped_onto_three_lines_is_one_row():
+    # "American / Indian/Alaskan / Native" over column 3, "Asian Pacific / Islander" over column 4 and
+    # "Offense charged" in the middle line, the other heads on the last: one head row.
+    boxes = [box(400, 0, 460)]  # 0
+    boxes += [box(0, 30, 100), box(400, 30, 460), box(500, 30, 560)]  # 1-3
+    boxes += [box(c * 100 + 100, 60, c * 100 + 160) for c in range(1, 5)]  # 4-7
+    for r in range(6):
+        y = 100 + 30 * r
+        boxes += [box(0, y, 100)] + [box(c * 100 + 100, y, c * 100 + 160) for c in range(1, 5)]
+    boxes, order = shuffled(boxes)
+    at = {old: new for new, old in enumerate(order)}
+    t = table_cells(boxes, list(range(len(boxes))))
+    assert (t.rows, t.columns) == (7, 5)
+    head = [(c.column, [order[i] for i in c.lines]) for c in t.cells if c.row == 0]
+    assert head == [(0, [1]), (1, [4]), (2, [5]), (3, [0, 2, 6]), (4, [3, 7])]
+    assert [c.lines for c in t.cells if c.row == 1] == [[at[k]] for k in range(8, 13)]
+
+
+def test_full_rows_under_a_head_are_not_a_head():
+    # A head, a rule's gap, two rows with a cell in every column, a wider gap (a group's blank), then rows at
+    # the pitch: the two rows are the body's (a head line has an empty column), each a row of its own.
+    boxes = [box(c * 100, 0, c * 100 + 60) for c in range(4)]
+    for y in (40, 70, 110, 140, 170, 200, 230):
+        boxes += [box(c * 100, y, c * 100 + 60) for c in range(4)]
+    assert len(grid(boxes)) == 8
+
+
+def footnoted(pitch: float) -> tuple[list[str], int]:
+    """page_layout's blocks of a head and 6 rows 30 apart, 3 columns, with a footnote (a line within the
+    first column) `pitch` under the last row: the detector's boxes leave a blank of 10 between rows."""
+    boxes = [box(300, 0, 360), box(450, 0, 520)]
+    for r in range(1, 7):
+        boxes += [box(0, r * 30, 140), box(300, r * 30, 360), box(450, r * 30, 520)]
+    boxes.append(box(10, 6 * 30 + pitch, 130))
+    blocks = page_layout(boxes, 2000.0)
+    return [b.type for b in blocks], blocks[0].table.rows if blocks[0].table else 0
+
+
+def test_a_footnote_at_the_tail_pitch_and_one_under():
+    # TAIL_PITCH times the rows' pitch under the last row (a blank of 19 there, under what DETACHED asks of
+    # the blank of 10: the pitch parts it), the footnote is a block of its own; a unit less, the last row.
+    least = tables.TAIL_PITCH * 30
+    assert least == 39 and least - H < max(tables.DETACHED * 10, 10 + tables.DETACHED_MIN * H)
+    assert footnoted(least) == (["table", "text"], 7)
+    assert footnoted(least - 1) == (["table"], 8)

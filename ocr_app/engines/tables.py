@@ -21,12 +21,23 @@ lone line (a turnover is indented), and the row after it (if any) starts at leas
 (back out: the indented line ended the label; a heading over a list of indented rows is not joined).
 The cell's lines are read line by line, its box their union.
 
+A head wrapped onto several lines ("Under 18" over "years", "American" over "Indian/Alaskan" over "Native")
+is one row, each cell's text its lines top to bottom. The rows follow one another at the table's usual
+pitch, a cell's wrapped lines at about the same (the font's leading), while the rule under the head (and
+under a head spanning columns, over the heads it spans) leaves a wider gap: the body starts under the first
+gap wider than HEAD_PITCH times the pitch, within HEAD_MAX_LINES lines, that MIN_BODY_ROWS rows at the
+pitch follow, and the lines above it are the head: those at the pitch of the line above join its row, a
+line under a wider gap starts one. A line with a cell in every column is a body row, not a head's (no head
+is joined then). What the pitch cannot tell: body rows set at the pitch between the head's rule and a wider
+blank (a group's) within HEAD_MAX_LINES lines, none of them full, would be read as a wrapped head.
+
 Noise (a box under NOISE_MAX_WIDTH h wide: a bullet, a stray mark, a piece of a vertical rule) is not
 counted over the x-axis, so that it cannot split a separator.
 """
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -57,6 +68,16 @@ GRID = 20  # x-axis steps per h
 # 0.1 h of each other (the detector's boxes).
 INDENT = 0.15
 TURNOVER_PITCH = 1.5
+# A head on several lines (see the module's doc): the rows are spaced at the table's usual pitch (the median
+# between rows' centres), a head's wrapped lines at about the same (the font's leading), while a rule under a
+# head row or under the head leaves a wider gap: more than HEAD_PITCH times the pitch. The head takes at most
+# HEAD_MAX_LINES printed lines, the body under it at least MIN_BODY_ROWS rows at the usual pitch.
+HEAD_PITCH = 1.2
+HEAD_MAX_LINES = 4
+# A last row with few cells (as DETACHED) whose line lies TAIL_PITCH times the usual pitch or more below the
+# row above it is not the table's (a footnote under its closing rule), even where the detector's boxes are
+# taller than the pitch and leave no blank between rows to measure.
+TAIL_PITCH = 1.3
 
 
 @dataclass
@@ -107,7 +128,8 @@ def table_cells(boxes: Sequence[Box], ids: Sequence[int]) -> Table:
     line = np.empty(len(b), dtype=np.int64)  # each box's printed line (its row before turnovers join)
     for r, members in enumerate(rows):
         line[members] = r
-    rows = _turnovers(rows, x0, (y0 + y1) / 2, first, last, h)
+    head, body = _heads(rows, (y0 + y1) / 2, first, last, len(starts) + 1)
+    rows = head + _turnovers(body, x0, (y0 + y1) / 2, first, last, h)
     cells: list[Cell] = []
     for r, members in enumerate(rows):
         members = sorted(members, key=lambda k: (first[k], x0[k]))
@@ -161,6 +183,14 @@ def detached(boxes: Sequence[Box], table: Table) -> tuple[int, int]:
     h, usual = heights[len(heights) // 2], sorted(gaps)[len(gaps) // 2]
     few = max(2, table.columns // 2)
 
+    # Each row's printed lines' centres, for the pitch (the detector's boxes may overlap between rows).
+    centres = [
+        sorted({(boxes[i][1] + boxes[i][3]) / 2 for c in table.cells if c.row == r for i in c.lines})
+        for r in range(table.rows)
+    ]
+    pitches = [below[0] - above[-1] for above, below in itertools.pairwise(centres)]
+    pitch = sorted(pitches)[len(pitches) // 2]
+
     def apart(gap: float, r: int) -> bool:
         return per_row[r] < few and gap >= DETACHED * usual and gap >= usual + DETACHED_MIN * h
 
@@ -168,7 +198,10 @@ def detached(boxes: Sequence[Box], table: Table) -> tuple[int, int]:
     while head < table.rows - 3 and apart(gaps[head], head):
         head += 1
     tail = 0
-    while tail < table.rows - 3 - head and apart(gaps[-1 - tail], table.rows - 1 - tail):
+    while tail < table.rows - 3 - head and (
+        apart(gaps[-1 - tail], table.rows - 1 - tail)
+        or (per_row[-1 - tail] < few and pitches[-1 - tail] >= TAIL_PITCH * pitch)
+    ):
         tail += 1
     return head, tail
 
@@ -186,6 +219,36 @@ def _rows(centre: np.ndarray, h: float) -> list[list[int]]:
             out.append([k])
             total = c
     return out
+
+
+def _heads(
+    rows: list[list[int]], centre: np.ndarray, first: np.ndarray, last: np.ndarray, columns: int
+) -> tuple[list[list[int]], list[list[int]]]:
+    """The head's rows (each wrapped head's lines joined, see the module's doc) and the body's rows."""
+    if len(rows) < 2 + MIN_BODY_ROWS:
+        return [], rows
+    gaps = np.diff([float(np.mean(centre[m])) for m in rows])
+    usual = gaps <= HEAD_PITCH * float(np.median(gaps))
+
+    def cols(m: list[int]) -> set[int]:
+        return {c for k in m for c in range(int(first[k]), int(last[k]) + 1)}
+
+    # The body starts under the first wide gap (a rule) within HEAD_MAX_LINES lines that MIN_BODY_ROWS rows
+    # at the usual pitch follow; a head line with a cell in every column is a body row (no head is found).
+    for n in range(2, min(HEAD_MAX_LINES, len(rows) - 1 - MIN_BODY_ROWS) + 1):
+        if not usual[n - 1] and usual[n : n + MIN_BODY_ROWS].all():
+            break
+    else:
+        return [], rows
+    if any(len(cols(m)) >= columns for m in rows[:n]):
+        return [], rows
+    head = [list(rows[0])]
+    for r in range(1, n):
+        if usual[r - 1]:
+            head[-1] += rows[r]
+        else:
+            head.append(list(rows[r]))
+    return head, rows[n:]
 
 
 def _turnovers(
