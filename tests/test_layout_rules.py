@@ -79,14 +79,17 @@ def test_the_column_lines_limit(lines, columns):
     assert ordered(left + right) == (left + right if columns else by_rows(left + right))
 
 
+@pytest.mark.parametrize("scale", [1, 1 / 1000], ids=["pixels", "normalised"])
 @pytest.mark.parametrize(("paired", "table"), [(4, True), (3, False)], ids=["80%", "60%"])
-def test_the_paired_rows_limit(paired, table):
+def test_the_paired_rows_limit(paired, table, scale):
     # Two sides of 5 short lines (130 = 6.5 h: columns by width, not prose, under 7 h): when TABLE_PAIRED
     # (80 %: 4 of 5) of the rows pair up with a row across, a table, read row by row; 3 of 5, two columns.
     left = column(50, 100, [130] * 5)
     right = [line(220, 100 + 30 * k + (0 if k < paired else 15), 130) for k in range(5)]
     rows = sorted(left + right, key=lambda b: (b[1], b[0]))
-    assert ordered(left + right) == (rows if table else left + right)
+    boxes = [tuple(v * scale for v in b) for b in left + right]
+    expected = rows if table else left + right
+    assert [(left + right)[i] for i in reading_order(boxes)] == expected
 
 
 @pytest.mark.parametrize(("overlap", "table"), [(10, True), (9, False)], ids=["half", "under-half"])
@@ -155,6 +158,25 @@ def test_the_running_head_gap(gap, heads_first):
     right = column(480, 40 + gap, [400] * 6)
     expected = heads + left + right if heads_first else heads[:1] + left + heads[1:] + right
     assert ordered(heads + left + right) == expected
+
+
+def test_a_running_head_of_pieces_of_different_heights():
+    # The head row: a page number (780-880, 20-30), a logo (50-250, 20-60) and a title (300-440, 35-55),
+    # their middles all within the logo's height: one row, 20 (1 h) over two columns: read first, by x.
+    number, logo, title = line(780, 20, 100, 10), line(50, 20, 200, 40), line(300, 35, 140)
+    left, right = column(50, 80, [400] * 6), column(480, 80, [400] * 6)
+    boxes = [number, logo, title, *left, *right]
+    assert ordered(boxes) == [logo, title, number, *left, *right]
+
+
+@pytest.mark.parametrize("scale", [1, 1 / 1000], ids=["pixels", "normalised"])
+def test_lines_in_a_staircase_from_the_right(scale):
+    # As the staircase above, its first line on the right: B (480-880), A (50-450), D, C: left A, C; right
+    # B, D.
+    title = line(50, 20, 830, 36)
+    b, a, d, c = line(480, 100, 400), line(50, 130, 400), line(480, 160, 400), line(50, 190, 400)
+    boxes = [tuple(v * scale for v in box) for box in (title, b, a, d, c)]
+    assert reading_order(boxes) == [0, 2, 4, 1, 3]
 
 
 def test_a_title_in_two_pieces_over_two_columns():
@@ -395,6 +417,36 @@ def test_a_footer_lies_below_every_other_block():
     ]
 
 
+def test_the_page_height_is_1_by_default():
+    # Boxes normalised to the page: a running head at the top (0.01-0.03), a page number at the bottom
+    # (0.95-0.97), the page's height 1 unless told.
+    boxes = [line(50, 10, 200), *column(50, 100, [400] * 6), line(440, 950, 30)]
+    boxes = [tuple(v / 1000 for v in b) for b in boxes]
+    got = [(b.type, b.lines) for b in page_layout(boxes)]
+    assert got == [("header", [0]), ("text", list(range(1, 7))), ("footer", [7])]
+
+
+def test_a_title_over_a_table_and_a_number_under_it_are_blocks_of_their_own():
+    # A table of 5 rows of three cells (100 wide, 150 apart, pitch 30), a short title 60 over it and a
+    # page number 60 under it (blanks of 40 + 20: over twice the table's 10 and 0.4 h more): three blocks.
+    title = [line(50, 100, 120)]
+    cells = [line(50 + 150 * c, 180 + 30 * r, 100) for r in range(5) for c in range(3)]
+    number = [line(200, 170 + 30 * 5 + 40, 30)]
+    boxes = title + cells + number
+    assert blocks(boxes) == [("text", [0]), ("table", list(range(1, 16))), ("text", [16])]
+
+
+def test_an_upright_tables_cells_are_given_on_the_page_as_sent():
+    # The layout of the upright boxes, the boxes given back those sent (here 1000 to the right and 7 down):
+    # the table's bbox and each cell's.
+    upright = [line(50 + 150 * c, 100 + 30 * r, 100) for r in range(4) for c in range(3)]
+    sent = [(x0 + 1000, y0 + 7, x1 + 1000, y1 + 7) for x0, y0, x1, y1 in upright]
+    [table] = page_layout(sent, 600, upright=upright)
+    assert (table.type, table.lines, table.bbox) == ("table", list(range(12)), (1050, 107, 1450, 217))
+    assert table.table is not None
+    assert [cell.bbox for cell in table.table.cells] == sent
+
+
 # --- Deskew ---------------------------------------------------------------------------------------------
 
 # A top edge along (1872, 150): 1878 long (1872² + 150² = 1878²), at atan(150 / 1872) = 4.5812...°.
@@ -410,6 +462,12 @@ def quad(y: float, top=EDGE, bottom=EDGE, height: float = 313.0) -> list[tuple[f
 def test_the_tilt_is_a_hundredth_of_a_degree():
     assert round(math.degrees(math.atan2(150, 1872)), 2) == TILT
     assert page_skew([quad(500 * k) for k in range(5)]) == TILT
+
+
+def test_the_tilt_in_any_unit():
+    # The same page in units 10000 times larger (a top edge 0.1872 across): the same tilt.
+    quads = [[(x / 10000, y / 10000) for x, y in quad(500 * k, height=300.0)] for k in range(5)]
+    assert page_skew(quads) == TILT
 
 
 @pytest.mark.parametrize(("height", "tilt"), [(313.0, TILT), (314.0, 0.0)], ids=["6h", "under-6h"])

@@ -169,6 +169,8 @@ def reading_groups(boxes: list[Box]) -> list[list[int]]:
         return found
 
     def union(idx: list[int]) -> list[Span]:
+        # mutation: NumberReplacer to `len(idx) == 0` equivalent because one index then takes the way below,
+        # to the same one span (none for noise); no block or band is empty.
         if len(idx) == 1:  # most bands: one line
             # mutation: NumberReplacer to `solid[idx[ -1]]` equivalent because idx holds one index here.
             return [span(idx[0])] if solid[idx[0]] else []
@@ -188,6 +190,7 @@ def reading_groups(boxes: list[Box]) -> list[list[int]]:
         starts = np.flatnonzero(np.r_[True, x0s[ids][1:] > reach[:-1]])
         ends = np.r_[starts[1:], len(ids)]
         return list(
+            # mutation: ReplaceTrueWithFalse equivalent because the three lists are as long as each other.
             zip(x0s[ids][starts].tolist(), reach[ends - 1].tolist(), (ends - starts).tolist(), strict=True)
         )
 
@@ -236,6 +239,8 @@ def reading_groups(boxes: list[Box]) -> list[list[int]]:
 
     def order(block: list[int], depth: int = 0) -> list[list[int]]:
         # mutation: NumberReplacer to `len(block) < 1` equivalent because a one-line block is one band: rows.
+        # mutation: NumberReplacer to `len(block) < 3` equivalent because two lines make no two columns of
+        # two lines: one band or two, they are read as rows, one group, either way.
         if len(block) < 2 or depth > MAX_DEPTH:  # (no real page nests so deep: a guard, read as rows)
             return rows_of(block)
         cut = column_cut(block)
