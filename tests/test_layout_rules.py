@@ -111,6 +111,18 @@ def test_a_row_pairs_with_the_row_across_just_above_its_middle():
     assert ordered(left + right) == [b for k in range(4) for b in (left[k], right[k])] + [left[4], right[4]]
 
 
+def test_a_row_pairs_only_with_the_rows_across_nearest_its_middle():
+    # Two sides of 5 short lines (130 wide: a table if 4 rows pair up), the right one's last a tall box
+    # (85-340) whose middle (212.5) is the lowest. The left's first row (80-100), its middle over every
+    # row across, is set against the first row across only (100-120: no overlap), not the tall one; three
+    # rows pair up (of five: under 80 %): columns, the right one read as one row (the tall box's height
+    # holds every other middle there), left to right, ties top first.
+    left = [line(50, 80, 130), *column(50, 130, [130] * 3), line(50, 350, 130)]
+    tall = line(220, 85, 130, 255)
+    right = [*column(220, 100, [130] * 4), tall]
+    assert ordered(left + right) == left + [tall, *right[:4]]
+
+
 def test_the_pieces_of_a_line_are_one_row_of_its_side():
     # Two columns on shared baselines, 5 lines each, the second and fourth split in two pieces 6 apart
     # (under the 0.4 h of a gutter), the second piece 6 lower (the detector's skew): a line's pieces, their
@@ -124,6 +136,22 @@ def test_the_pieces_of_a_line_are_one_row_of_its_side():
 
     left, right = side(50), side(480)
     assert ordered(left + right) == left + right
+
+
+@pytest.mark.parametrize(
+    ("width", "height", "solid"),
+    [(12, 20, True), (11, 20, False), (20, 8, True), (20, 7, False)],
+    ids=["0.6h-wide", "under-0.6h-wide", "0.4h-high", "under-0.4h-high"],
+)
+def test_the_noise_limits(width, height, solid):
+    # Two columns (50-450, 510-910: a 60 gutter, cut at 480) and a box centred on the cut on the first row.
+    # NOISE_MAX_WIDTH (0.6 h = 12) wide and NOISE_MAX_HEIGHT (0.4 h = 8) high it is a line: standing in the
+    # gutter it ends the columns above it, the first row read across, then the columns; 11 wide or 7 high
+    # it is noise, the right column's.
+    left, right = column(50, 100, [400] * 6), column(510, 100, [400] * 6)
+    box = line(480 - width / 2, 100, width, height)
+    expected = [left[0], box, right[0], *left[1:], *right[1:]] if solid else [*left, box, *right]
+    assert ordered(left + right + [box]) == expected
 
 
 def test_a_title_right_on_top_of_the_columns():

@@ -153,6 +153,7 @@ def reading_groups(boxes: list[Box]) -> list[list[int]]:
             return False
         if count < TABLE_MIN_ROWS:
             return True
+        # mutation: ReplaceTrueWithFalse equivalent because two sides' rows go with two spans.
         for (_, _, r0, r1), span in zip(rows, (a, b), strict=True):
             width = float(np.median(r1 - r0))
             if width < PROSE_MIN_WIDTH * h or width < COLUMN_MIN_FILL * (span[1] - span[0]):
@@ -207,6 +208,7 @@ def reading_groups(boxes: list[Box]) -> list[list[int]]:
         # mutant that only makes it false more often changes nothing.
         # mutation: ReplaceBinaryOperator_Sub_Add equivalent because then only the first band is single: the
         # shortcut is never taken.
+        # mutation: NumberReplacer to `ends - starts == 0` equivalent likewise: no band is single.
         single = (ends - starts == 1) & is_solid[first]
         lo, hi = x0s[first], x1s[first]
         # mutation: ReplaceComparisonOperator_LtE_Lt equivalent because touching lines are then not stacked:
@@ -216,8 +218,11 @@ def reading_groups(boxes: list[Box]) -> list[list[int]]:
         # mutation: ReplaceUnaryOperator_Delete_USub to `(lo[:1] <= hi[1:])` equivalent because it is taken
         # besides only where a line lies wholly left of the one above yet right of the first's left edge, the
         # lines stepping left: no two columns of two lines can be there, and the runs read them as rows.
+        # mutation: ReplaceUnaryOperator_USub_UAdd to `(lo[:+1] <= hi[1:])` equivalent likewise.
+        # mutation: ReplaceUnaryOperator_USub_UAdd to `single[:+1] & single[1:]` equivalent as single[:1].
         stacked = bool(np.all(single[:-1] & single[1:] & (lo[:-1] <= hi[1:]) & (lo[1:] <= hi[:-1])))
         order = ids.tolist()
+        # mutation: ReplaceTrueWithFalse equivalent because ends is as long as starts.
         return [order[a:b] for a, b in zip(starts.tolist(), ends.tolist(), strict=True)], stacked
 
     def running_head(block: list[int]) -> list[int]:
@@ -277,6 +282,7 @@ def reading_groups(boxes: list[Box]) -> list[list[int]]:
             band, band_union = bands[k], unions[k]
             # mutation: ReplaceComparisonOperator_LtE_Lt equivalent because a band not counted within the
             # run's columns here is merged below: the same intervals, the same gutter, the run goes on.
+            # mutation: NumberReplacer to `count > 2` equivalent likewise (a run of 2 bands has its gutter).
             if count > 1 and all(any(u[0] <= s[0] and s[1] <= u[1] for u in run_union) for s in band_union):
                 run += band  # the band's lines lie within the run's columns: the gutter goes on
                 # mutation: NumberReplacer equivalent because count is 2 or more here and only ever compared
@@ -297,6 +303,7 @@ def reading_groups(boxes: list[Box]) -> list[list[int]]:
                 run, count, run_union = list(band), 1, band_union
         runs.append((run, count, run_union))
         if len(runs) == 1:  # one run, yet no gutter with enough lines: its bands one by one
+            # mutation: ReplaceTrueWithFalse equivalent because each band has its union.
             runs = [(band, 1, u) for band, u in zip(bands, unions, strict=True)]
         out: list[list[int]] = []
         rows: list[int] = []  # consecutive bands without a gutter: rows, sorted together
