@@ -120,7 +120,7 @@ def test_a_row_pairs_only_with_the_rows_across_nearest_its_middle():
     left = [line(50, 80, 130), *column(50, 130, [130] * 3), line(50, 350, 130)]
     tall = line(220, 85, 130, 255)
     right = [*column(220, 100, [130] * 4), tall]
-    assert ordered(left + right) == left + [tall, *right[:4]]
+    assert ordered(left + right) == [*left, tall, *right[:4]]
 
 
 def test_the_pieces_of_a_line_are_one_row_of_its_side():
@@ -167,6 +167,13 @@ def test_noise_on_the_cut_goes_right():
     left, right = column(50, 100, [400] * 6), column(480, 100, [400] * 6)
     speck = [line(463, 100, 4, 4)]
     assert ordered(left + right + speck) == left + speck + right
+
+
+def test_short_lines_beside_prose_are_a_tables():
+    # Prose on the left (400 wide), short lines (130: under 7 h) on the right, on shared baselines: the
+    # right side does not read as prose, so a table: read row by row.
+    left, right = column(50, 100, [400] * 5), column(480, 100, [130] * 5)
+    assert ordered(left + right) == by_rows_pairs(left, right)
 
 
 def test_the_line_height_is_the_median_one():
@@ -520,6 +527,18 @@ def test_an_edge_not_running_rightwards_leaves_its_line_out(edge):
     odd = {"top": dict(top=down, bottom=slant), "bottom": dict(top=slant, bottom=down)}[edge]
     quads = [quad(500 * k) for k in range(7)] + [quad(5000 + 2500 * k, **odd) for k in range(5)]
     assert page_skew(quads) == TILT
+
+
+@pytest.mark.parametrize(("lines", "tilt"), [(5, TILT), (6, 0.0)], ids=["6-of-10", "7-of-12"])
+def test_the_share_of_edges_that_agree(lines, tilt):
+    # Edges within SKEW_TOLERANCE of the median, SKEW_AGREE (60 %) of them: 2 lines at 4.58°, 2 with their
+    # top edge at 4.58° and bottom at 10°, the rest at 10°: 6 of 10 agree, the tilt; with one more line at
+    # 10°, 7 of 12 (58 %): no tilt. (Lines 1878 long, 200 high: long whatever the heights' median.)
+    a = math.radians(10)
+    steep = (1878 * math.cos(a), 1878 * math.sin(a))
+    kinds = [{}, {}, {"bottom": steep}, {"bottom": steep}] + [{"top": steep, "bottom": steep}] * (lines - 4)
+    quads = [quad(500 * k, height=200.0, **kind) for k, kind in enumerate(kinds)]
+    assert page_skew(quads) == tilt
 
 
 def turned(boxes: list[tuple], degrees: float) -> list[list[tuple[float, float]]]:
