@@ -50,6 +50,14 @@ def test_normalised_boxes_are_laid_out_like_pixels():
     assert got == [("title", [0]), ("text", list(range(1, 7))), ("text", list(range(7, 13)))]
 
 
+def test_lines_of_no_height_are_read_as_rows():
+    # Two columns of lines of no height (the median h is 0: no unit to measure gutters in), their lines
+    # offset by 15: read as rows, by top.
+    left = column(50, 100, [400] * 4, h=0)
+    right = column(480, 115, [400] * 4, h=0)
+    assert ordered(left + right) == by_rows(left + right)
+
+
 def test_a_column_is_cut_where_its_gutter_is_not_at_its_left_edge():
     # Left column 50-450, right 480-880: the cut is at the gutter's middle, x = 465. A line set flush right
     # in the left column (330-450, its middle at 390) is the left column's.

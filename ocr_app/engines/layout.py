@@ -272,6 +272,7 @@ def reading_groups(boxes: list[Box]) -> list[list[int]]:
             # mutation: NumberReplacer to `a[0][0] <= b[0][ 0]` equivalent because then b starts within a.
             # mutation: NumberReplacer to `b[ -1][0]` equivalent because b holds one span.
             # mutation: NumberReplacer to `b[0][ 1] <= a[0][1]` equivalent because then b ends within a.
+            # mutation: NumberReplacer to `<= a[ -1][1]` equivalent because a holds one span.
             len(a) == 1 == len(b) and a[0][0] <= b[0][1] and b[0][0] <= a[0][1]
             for a, b in itertools.pairwise(unions)
         ]
