@@ -9,7 +9,7 @@ import math
 
 import pytest
 
-from ocr_app.engines.layout import deskewed, page_layout, page_skew, reading_order
+from ocr_app.engines.layout import deskewed, page_layout, page_skew, reading_order, row_order
 
 H = 20  # the body's line height: the median h the rules are counted in
 
@@ -302,6 +302,25 @@ def test_the_widest_gutter_is_cut_first():
         x += 140 + c + 14 + 0.25 * (66 - c)
     boxes = [b for col in cols for b in col]
     assert ordered(boxes) == [b for col in cols[:65] for b in col] + by_rows_pairs(cols[65], cols[66])
+
+
+def test_a_box_whose_middle_is_at_the_rows_top_is_in_the_row():
+    # A row's first box (50-90, 100-120), a box of no height at its top (300-400, at 100) and a box lower
+    # down (100-200, 105-125: its middle, 115, within the first's height): one row, left to right.
+    boxes = [line(50, 100, 40), line(100, 105, 100), (300, 100, 400, 100)]
+    assert row_order(boxes, range(3)) == [0, 1, 2]
+
+
+@pytest.mark.parametrize(
+    "lines",
+    [[(0, 1000), (600, 800), (100, 300)], [(900, 1000), (300, 800), (0, 200)]],
+    ids=["under-a-wide-line", "stepping-left"],
+)
+def test_two_lines_side_by_side_under_another_are_a_group_of_their_own(lines):
+    # Three lines one under another (pitch 30); the last two side by side with a gutter (200 and 500
+    # wide, 100 or more apart): a run of their own, a block apart from the first line's.
+    boxes = [line(x0, 100 + 30 * k, x1 - x0) for k, (x0, x1) in enumerate(lines)]
+    assert blocks(boxes) == [("text", [0]), ("text", [1, 2])]
 
 
 # --- Blocks ---------------------------------------------------------------------------------------------

@@ -76,6 +76,7 @@ def reading_groups(boxes: list[Box]) -> list[list[int]]:
     take 3-7 ms (one column ~3, three ~5, a title over two ~7; the row sort alone: 1-2 ms).
     """
     n = len(boxes)
+    # mutation: NumberReplacer to `if n < 1` equivalent because one box is read as its row either way.
     if n < 2:
         return [list(range(n))] if n else []
     x0s, y0s, x1s, y1s = np.asarray(boxes, dtype=np.float64).reshape(n, 4).T.copy()
@@ -215,10 +216,6 @@ def reading_groups(boxes: list[Box]) -> list[list[int]]:
         # the shortcut is not taken, and the runs merge touching spans into one (no gutter): rows.
         # mutation: ReplaceUnaryOperator_Delete_USub to `single[:1] & single[1:]` equivalent because single[0]
         # and single[1:] together are every band, as single[:-1] and single[1:] are.
-        # mutation: ReplaceUnaryOperator_Delete_USub to `(lo[:1] <= hi[1:])` equivalent because it is taken
-        # besides only where a line lies wholly left of the one above yet right of the first's left edge, the
-        # lines stepping left: no two columns of two lines can be there, and the runs read them as rows.
-        # mutation: ReplaceUnaryOperator_USub_UAdd to `(lo[:+1] <= hi[1:])` equivalent likewise.
         # mutation: ReplaceUnaryOperator_USub_UAdd to `single[:+1] & single[1:]` equivalent as single[:1].
         stacked = bool(np.all(single[:-1] & single[1:] & (lo[:-1] <= hi[1:]) & (lo[1:] <= hi[:-1])))
         order = ids.tolist()
@@ -246,6 +243,7 @@ def reading_groups(boxes: list[Box]) -> list[list[int]]:
         # mutation: NumberReplacer to `len(block) < 1` equivalent because a one-line block is one band: rows.
         # mutation: NumberReplacer to `len(block) < 3` equivalent because two lines make no two columns of
         # two lines: one band or two, they are read as rows, one group, either way.
+        # mutation: ReplaceComparisonOperator_Lt_LtE to `len(block) <= 2` equivalent likewise.
         if len(block) < 2 or depth > MAX_DEPTH:  # (no real page nests so deep: a guard, read as rows)
             return rows_of(block)
         cut = column_cut(block)
@@ -273,6 +271,7 @@ def reading_groups(boxes: list[Box]) -> list[list[int]]:
             # mutation: NumberReplacer to `b[ -1][0]` equivalent because b holds one span.
             # mutation: NumberReplacer to `b[0][ 1] <= a[0][1]` equivalent because then b ends within a.
             # mutation: NumberReplacer to `<= a[ -1][1]` equivalent because a holds one span.
+            # mutation: NumberReplacer to `<= b[ -1][1]` equivalent because b holds one span.
             len(a) == 1 == len(b) and a[0][0] <= b[0][1] and b[0][0] <= a[0][1]
             for a, b in itertools.pairwise(unions)
         ]
