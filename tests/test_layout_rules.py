@@ -100,13 +100,18 @@ def test_the_paired_rows_limit(paired, table, scale):
     assert [(left + right)[i] for i in reading_order(boxes)] == expected
 
 
+@pytest.mark.parametrize("taller", ["left", "right"])
 @pytest.mark.parametrize(("overlap", "table"), [(10, True), (9, False)], ids=["half", "under-half"])
-def test_rows_pair_when_they_overlap_by_half_the_shorter(overlap, table):
-    # Rows 30 high on the left, 20 high on the right (h = 30: 6 h = 180 wide sides, 200 < 7 h: not prose):
+def test_rows_pair_when_they_overlap_by_half_the_shorter(overlap, table, taller):
+    # Rows 30 high on one side, 20 high on the other (h = 30: 6 h = 180 wide sides, 200 < 7 h: not prose):
     # rows overlapping by half the shorter one's height (10) pair up, a table read row by row; by 9, not:
     # two columns.
-    left = column(50, 100, [200] * 5, pitch=50, h=30)
-    right = column(290, 130 - overlap, [200] * 5, pitch=50)
+    if taller == "left":
+        left = column(50, 100, [200] * 5, pitch=50, h=30)
+        right = column(290, 130 - overlap, [200] * 5, pitch=50)
+    else:
+        left = column(50, 100, [200] * 5, pitch=50)
+        right = column(290, 120 - overlap, [200] * 5, pitch=50, h=30)
     rows = [b for pair in zip(left, right, strict=True) for b in pair]
     assert ordered(left + right) == (rows if table else left + right)
 
@@ -391,6 +396,14 @@ def test_rows_that_part_a_table_are_text(after, tall):
     ]
 
 
+def test_the_title_height_is_counted_in_the_median_line_height():
+    # Body lines 20 high (4) and 16 high (3): the median h is 20 (a third of the way up, 16). A heading 24
+    # high is under 1.3 h = 26: text, a block of its own (54 above the body).
+    heading = [line(50, 200, 600, 24)]
+    body = [line(50, 278 + 30 * k, 400, 20 if k % 2 == 0 else 16) for k in range(7)]
+    assert blocks(heading + body) == [("text", [0]), ("text", list(range(1, 8)))]
+
+
 def test_a_median_height_of_zero_makes_no_title():
     # Two lines of no height and one 20 high: the median h is 0, nothing is taller than the body.
     boxes = [line(50, 100, 400, 0), line(50, 130, 400, 0), line(50, 160, 400)]
@@ -566,6 +579,11 @@ def test_the_share_of_edges_that_agree(lines, tilt):
     kinds = [{}, {}, {"bottom": steep}, {"bottom": steep}] + [{"top": steep, "bottom": steep}] * (lines - 4)
     quads = [quad(500 * k, height=200.0, **kind) for k, kind in enumerate(kinds)]
     assert page_skew(quads) == tilt
+
+
+def test_lines_of_no_height_give_no_tilt():
+    # Five long edges at 4.58°, each line's top and bottom edge the same: no height to measure length in.
+    assert page_skew([quad(500 * k, height=0.0) for k in range(5)]) == 0.0
 
 
 def turned(boxes: list[tuple], degrees: float) -> list[list[tuple[float, float]]]:

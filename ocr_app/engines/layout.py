@@ -272,6 +272,7 @@ def reading_groups(boxes: list[Box]) -> list[list[int]]:
             # mutation: NumberReplacer to `b[0][ 1] <= a[0][1]` equivalent because then b ends within a.
             # mutation: NumberReplacer to `<= a[ -1][1]` equivalent because a holds one span.
             # mutation: NumberReplacer to `<= b[ -1][1]` equivalent because b holds one span.
+            # mutation: NumberReplacer to `a[ -1][0] <=` equivalent because a holds one span.
             len(a) == 1 == len(b) and a[0][0] <= b[0][1] and b[0][0] <= a[0][1]
             for a, b in itertools.pairwise(unions)
         ]
@@ -283,6 +284,8 @@ def reading_groups(boxes: list[Box]) -> list[list[int]]:
             # mutation: ReplaceComparisonOperator_LtE_Lt equivalent because a band not counted within the
             # run's columns here is merged below: the same intervals, the same gutter, the run goes on.
             # mutation: NumberReplacer to `count > 2` equivalent likewise (a run of 2 bands has its gutter).
+            # mutation: NumberReplacer to `any(u[ 1] <= s[0]` equivalent likewise: never within.
+            # mutation: NumberReplacer to `s[1] <= u[ 0]` equivalent likewise: never within.
             if count > 1 and all(any(u[0] <= s[0] and s[1] <= u[1] for u in run_union) for s in band_union):
                 run += band  # the band's lines lie within the run's columns: the gutter goes on
                 # mutation: NumberReplacer equivalent because count is 2 or more here and only ever compared
