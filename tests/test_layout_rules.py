@@ -43,11 +43,12 @@ def test_normalised_boxes_are_laid_out_like_pixels():
     # The engines pass boxes normalised to the page (0-1): a line height of 0.02 is a height like any other.
     left, right = column(50, 100, [400] * 6), column(480, 100, [400] * 6)
     title = [line(50, 20, 830, 36)]
+    note = [line(50, 300, 830)]  # a note across the page under the columns
     scale = 1 / 1000
-    boxes = [tuple(v * scale for v in b) for b in title + left + right]
-    assert reading_order(boxes) == list(range(13))  # the title, the left column, the right one
+    boxes = [tuple(v * scale for v in b) for b in title + left + right + note]
+    assert reading_order(boxes) == list(range(14))  # the title, the left column, the right one, the note
     got = [(b.type, b.lines) for b in page_layout(boxes, 1.0)]
-    assert got == [("title", [0]), ("text", list(range(1, 7))), ("text", list(range(7, 13)))]
+    assert got == [("title", [0]), ("text", list(range(1, 7))), ("text", list(range(7, 13))), ("text", [13])]
 
 
 def test_lines_of_no_height_are_read_as_rows():
@@ -260,12 +261,13 @@ def test_a_run_goes_on_when_a_line_widens_its_column():
     assert reading_order([title, a, b, c, d]) == [0, 1, 4, 2, 3]
 
 
-def test_pieces_that_touch_are_one_interval():
-    # 40 boxes (the numpy union): a left column, and a right one whose lines the detector split in two
-    # pieces touching at x = 580. The right column is 480-880 wide, not 100 (under 6 h) and 300: columns.
-    left = column(50, 100, [400] * 20)
-    right = [b for k in range(10) for b in (line(480, 100 + 30 * k, 100), line(580, 100 + 30 * k, 300))]
-    assert len(left + right) >= 32
+@pytest.mark.parametrize("rows", [10, 4], ids=["40-boxes", "12-boxes"])
+def test_pieces_that_touch_are_one_interval(rows):
+    # A left column, and a right one whose lines the detector split in two pieces touching at x = 580
+    # (40 boxes: the numpy union; 12: the other). The right column is 480-880 wide, not 100 (under 6 h)
+    # and 300: columns.
+    left = column(50, 100, [400] * (2 * rows))
+    right = [b for k in range(rows) for b in (line(480, 100 + 30 * k, 100), line(580, 100 + 30 * k, 300))]
     expected = left + right
     assert ordered(left + right) == expected
 
@@ -318,17 +320,29 @@ def test_a_box_whose_middle_is_at_the_rows_top_is_in_the_row():
 
 @pytest.mark.parametrize(
     "lines",
-    [[(0, 1000), (600, 800), (100, 300)], [(900, 1000), (300, 800), (0, 200)]],
-    ids=["under-a-wide-line", "stepping-left"],
+    [
+        [(0, 1000), (600, 800), (100, 300)],
+        [(900, 1000), (300, 800), (0, 200)],
+        [(0, 100), (200, 400), (500, 1000)],
+    ],
+    ids=["under-a-wide-line", "stepping-left", "stepping-right"],
 )
 def test_two_lines_side_by_side_under_another_are_a_group_of_their_own(lines):
-    # Three lines one under another (pitch 30); the last two side by side with a gutter (200 and 500
-    # wide, 100 or more apart): a run of their own, a block apart from the first line's.
+    # Three lines one under another (pitch 30); the last two side by side with a gutter (200 wide or more,
+    # 100 or more apart; the first line bridges it or is too narrow to make one): a run of their own, a
+    # block apart from the first line's.
     boxes = [line(x0, 100 + 30 * k, x1 - x0) for k, (x0, x1) in enumerate(lines)]
     assert blocks(boxes) == [("text", [0]), ("text", [1, 2])]
 
 
 # --- Blocks ---------------------------------------------------------------------------------------------
+
+
+def test_a_band_of_two_narrow_rows_stays_in_its_paragraph():
+    # A line, then a band of two rows (50-150 at 130-150; 300-350 at 145-165: its middle under the first's
+    # bottom), 150 apart but the second under 6 h wide: no gutter, one block.
+    boxes = [line(50, 100, 400), line(50, 130, 100), line(300, 145, 50)]
+    assert blocks(boxes) == [("text", [0, 1, 2])]
 
 
 def test_a_form_of_long_labels_and_values_is_one_table():

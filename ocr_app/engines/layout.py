@@ -150,6 +150,7 @@ def reading_groups(boxes: list[Box]) -> list[list[int]]:
         ok = overlap >= 0.5 * np.minimum(few[1] - few[0], many[1][near] - many[0][near])
         count = int(np.count_nonzero(ok.any(axis=0)))
         # mutation: NumberReplacer to `len(many[ 1])` equivalent because many's arrays have one length.
+        # mutation: NumberReplacer to `len(many[ -1])` equivalent likewise.
         if count < TABLE_PAIRED * len(many[0]):
             return False
         if count < TABLE_MIN_ROWS:
@@ -175,6 +176,8 @@ def reading_groups(boxes: list[Box]) -> list[list[int]]:
         # to the same one span (none for noise); no block or band is empty.
         if len(idx) == 1:  # most bands: one line
             # mutation: NumberReplacer to `solid[idx[ -1]]` equivalent because idx holds one index here.
+            # mutation: NumberReplacer to `span(idx[ 1])` equivalent because a solid line's span is taken
+            # directly (see unions below): the union of one line is asked of noise only.
             return [span(idx[0])] if solid[idx[0]] else []
         # mutation: ReplaceComparisonOperator_Lt equivalent because both ways give the same intervals (the
         # numpy way is for speed): a span starting where the last one reaches joins it in both.
@@ -258,9 +261,13 @@ def reading_groups(boxes: list[Box]) -> list[list[int]]:
             right = [i for i in block if boxes[i][0] + boxes[i][2] >= 2 * cut]
             return order(left, depth + 1) + order(right, depth + 1)
         bands, all_stacked = bands_of(block)
+        # mutation: NumberReplacer to `len(bands) == 0` equivalent because one band is one run, read as rows
+        # (or, with a gutter and rows, recursed into until the depth guard reads it as rows): one group.
+        # mutation: ReplaceOrWithAnd equivalent likewise (and the stacked shortcut's, see bands_of).
         if len(bands) == 1 or all_stacked:  # one band, or a line under a line all the way: rows
             return rows_of(block)
         # mutation: NumberReplacer to `b[ -1]` equivalent because b holds one line there.
+        # mutation: NumberReplacer to `len(b) == 0 and` equivalent because union() of one line is its span.
         unions = [[span(b[0])] if len(b) == 1 and solid[b[0]] else union(b) for b in bands]
         # Two bands each one span, overlapping (a line under a line, the bulk of a page): no gutter between.
         # It only spares a merge whose union is one span, so one that says "not stacked" of overlapping or
@@ -543,6 +550,7 @@ def deskewed(polygons: np.ndarray, angle: float, centre: tuple[float, float]) ->
     for the layout to order and group its lines; the boxes given back stay those of the page as sent."""
     # mutation: NumberReplacer to `reshape(- 2, 4, 2)` equivalent because numpy (2.3) takes any negative
     # size as the one it works out.
+    # mutation: ReplaceUnaryOperator_USub_Invert equivalent likewise (~1 is -2).
     quads = np.asarray(polygons, dtype=np.float64).reshape(-1, 4, 2)
     a = np.radians(-angle)
     c, s = np.cos(a), np.sin(a)
