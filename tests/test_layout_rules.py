@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 
 from ocr_app.engines.layout import deskewed, page_layout, page_skew, reading_order, row_order
@@ -190,6 +191,15 @@ def test_short_lines_beside_prose_are_a_tables():
     assert ordered(left + right) == by_rows_pairs(left, right)
 
 
+@pytest.mark.parametrize(("width", "columns"), [(210, True), (209, False)], ids=["70%", "under-70%"])
+def test_the_column_fill_limit(width, columns):
+    # Two sides 300 wide (one full line each), their other 4 lines `width` wide, on shared baselines: rows
+    # filling COLUMN_MIN_FILL (70 %: 210) of their side are prose, columns; 209, a table's, rows.
+    left = column(50, 100, [300] + [width] * 4)
+    right = column(400, 100, [300] + [width] * 4)
+    assert ordered(left + right) == (left + right if columns else by_rows_pairs(left, right))
+
+
 def test_the_line_height_is_the_median_one():
     # 7 lines 20 high, 5 lines 10 high: the median h is 20 (a third of the way up the heights it is 10).
     # Sides 100 wide are under 6 h = 120, so no columns: rows, by top (at h = 10 they would be columns).
@@ -343,6 +353,13 @@ def test_a_band_of_two_narrow_rows_stays_in_its_paragraph():
     # bottom), 150 apart but the second under 6 h wide: no gutter, one block.
     boxes = [line(50, 100, 400), line(50, 130, 100), line(300, 145, 50)]
     assert blocks(boxes) == [("text", [0, 1, 2])]
+
+
+def test_a_band_of_two_rows_with_a_gutter_is_a_group_of_its_own():
+    # A line across (50-880), then a band of two rows side by side with a gutter (50-250 at 130-150;
+    # 480-880 at 145-165), one line a side: a run of its own, a block apart from the line across.
+    boxes = [line(50, 100, 830), line(50, 130, 200), line(480, 145, 400)]
+    assert blocks(boxes) == [("text", [0]), ("text", [1, 2])]
 
 
 def test_a_form_of_long_labels_and_values_is_one_table():
@@ -598,6 +615,11 @@ def test_the_share_of_edges_that_agree(lines, tilt):
 def test_lines_of_no_height_give_no_tilt():
     # Five long edges at 4.58°, each line's top and bottom edge the same: no height to measure length in.
     assert page_skew([quad(500 * k, height=0.0) for k in range(5)]) == 0.0
+
+
+@pytest.mark.parametrize("shape", [(6, 3, 2), (6, 4, 3), (6, 8)])
+def test_polygons_not_of_four_points_give_no_tilt(shape):
+    assert page_skew(np.ones(shape)) == 0.0
 
 
 def turned(boxes: list[tuple], degrees: float) -> list[list[tuple[float, float]]]:

@@ -280,6 +280,7 @@ def reading_groups(boxes: list[Box]) -> list[list[int]]:
             # mutation: NumberReplacer to `<= a[ -1][1]` equivalent because a holds one span.
             # mutation: NumberReplacer to `<= b[ -1][1]` equivalent because b holds one span.
             # mutation: NumberReplacer to `a[ -1][0] <=` equivalent because a holds one span.
+            # mutation: NumberReplacer to `len(a) == 0 == len(b)` equivalent: never stacked (see above).
             len(a) == 1 == len(b) and a[0][0] <= b[0][1] and b[0][0] <= a[0][1]
             for a, b in itertools.pairwise(unions)
         ]
@@ -307,6 +308,7 @@ def reading_groups(boxes: list[Box]) -> list[list[int]]:
                 merged = _union(sorted(run_union + band_union))
             if merged is not None and gutters(merged, lines=False):
                 run += band
+                # mutation: NumberReplacer to `count + 2` equivalent because count is only compared with 1.
                 count, run_union = count + 1, merged
             else:
                 runs.append((run, count, run_union))
