@@ -326,6 +326,8 @@ def test_a_box_whose_middle_is_at_the_rows_top_is_in_the_row():
     # down (100-200, 105-125: its middle, 115, within the first's height): one row, left to right.
     boxes = [line(50, 100, 40), line(100, 105, 100), (300, 100, 400, 100)]
     assert row_order(boxes, range(3)) == [0, 1, 2]
+    # And one whose middle is at its bottom (10-40 at 110-130: 120), left of it: first in the row.
+    assert row_order([line(50, 100, 40), line(10, 110, 30)], range(2)) == [1, 0]
 
 
 @pytest.mark.parametrize(
@@ -411,11 +413,15 @@ def test_the_title_height(height, kind):
     assert blocks(boxes) == [(kind, [0]), ("text", list(range(1, 7)))]
 
 
-@pytest.mark.parametrize(("after", "tall"), [(2, False), (4, True)], ids=["2-rows", "4-tall-rows"])
-def test_rows_that_part_a_table_are_text(after, tall):
+@pytest.mark.parametrize(
+    ("after", "tall", "kind"),
+    [(2, False, "text"), (4, True, "text"), (3, True, "title")],
+    ids=["2-rows", "4-tall-rows", "3-tall-rows"],
+)
+def test_rows_that_part_a_table_are_text(after, tall, kind):
     # Five rows of an item and its price (a table), a note across (wide: a row of one line over half the
     # width), then rows of one short line: 2 of them (too few to be a table), or 4 set large (too many to
-    # be a title): text.
+    # be a title): text; 3 set large, a title.
     table = priced([True] * 5)
     note = [line(20, 40 + 26 * 5, 300)]
     rest = [line(20, 40 + 26 * 6 + 36 * k, 100, 30 if tall else H) for k in range(after)]
@@ -423,7 +429,7 @@ def test_rows_that_part_a_table_are_text(after, tall):
     assert blocks(boxes) == [
         ("table", list(range(10))),
         ("text", [10]),
-        ("text", list(range(11, 11 + after))),
+        (kind, list(range(11, 11 + after))),
     ]
 
 
@@ -532,14 +538,16 @@ def test_the_page_height_is_1_by_default():
     assert got == [("header", [0]), ("text", list(range(1, 7))), ("footer", [7])]
 
 
-def test_a_title_over_a_table_and_a_number_under_it_are_blocks_of_their_own():
+@pytest.mark.parametrize("numbered", [True, False])
+def test_a_title_over_a_table_and_a_number_under_it_are_blocks_of_their_own(numbered):
     # A table of 5 rows of three cells (100 wide, 150 apart, pitch 30), a short title 60 over it and a
     # page number 60 under it (blanks of 40 + 20: over twice the table's 10 and 0.4 h more): three blocks.
     title = [line(50, 100, 120)]
     cells = [line(50 + 150 * c, 180 + 30 * r, 100) for r in range(5) for c in range(3)]
-    number = [line(200, 170 + 30 * 5 + 40, 30)]
+    number = [line(200, 170 + 30 * 5 + 40, 30)] if numbered else []
     boxes = title + cells + number
-    assert blocks(boxes) == [("text", [0]), ("table", list(range(1, 16))), ("text", [16])]
+    expected = [("text", [0]), ("table", list(range(1, 16)))] + ([("text", [16])] if numbered else [])
+    assert blocks(boxes) == expected
 
 
 def test_an_upright_tables_cells_are_given_on_the_page_as_sent():

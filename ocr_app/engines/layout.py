@@ -176,6 +176,7 @@ def reading_groups(boxes: list[Box]) -> list[list[int]]:
         # to the same one span (none for noise); no block or band is empty.
         if len(idx) == 1:  # most bands: one line
             # mutation: NumberReplacer to `solid[idx[ -1]]` equivalent because idx holds one index here.
+            # mutation: NumberReplacer to `span(idx[ -1])` equivalent because idx holds one index here.
             # mutation: NumberReplacer to `span(idx[ 1])` equivalent because a solid line's span is taken
             # directly (see unions below): the union of one line is asked of noise only.
             return [span(idx[0])] if solid[idx[0]] else []
@@ -230,6 +231,8 @@ def reading_groups(boxes: list[Box]) -> list[list[int]]:
         ids = np.asarray(block)
         ids = ids[np.argsort(y0s[ids], kind="stable")]
         bottom = np.maximum.accumulate(y1s[ids])
+        # mutation: ReplaceComparisonOperator_GtE_Gt equivalent because a box starting at the band's bottom
+        # has its middle under the band's first box: the band so grown is no one row, no head either way.
         starts = np.flatnonzero(np.r_[False, y0s[ids][1:] >= bottom[:-1]])
         if not len(starts):
             return []
@@ -281,6 +284,8 @@ def reading_groups(boxes: list[Box]) -> list[list[int]]:
             # mutation: NumberReplacer to `<= b[ -1][1]` equivalent because b holds one span.
             # mutation: NumberReplacer to `a[ -1][0] <=` equivalent because a holds one span.
             # mutation: NumberReplacer to `len(a) == 0 == len(b)` equivalent: never stacked (see above).
+            # mutation: NumberReplacer to `a[0][ 1] <= b[0][1]` equivalent because then a ends within b.
+            # mutation: NumberReplacer to `b[0][0] <= a[0][ 0]` equivalent because then a starts within b.
             len(a) == 1 == len(b) and a[0][0] <= b[0][1] and b[0][0] <= a[0][1]
             for a, b in itertools.pairwise(unions)
         ]
