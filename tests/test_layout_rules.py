@@ -200,6 +200,13 @@ def test_the_column_fill_limit(width, columns):
     assert ordered(left + right) == (left + right if columns else by_rows_pairs(left, right))
 
 
+@pytest.mark.parametrize(("gap", "columns"), [(8, True), (7, False)], ids=["0.4h", "under-0.4h"])
+def test_the_gutter_width_limit(gap, columns):
+    # Two prose columns on shared baselines GUTTER_MIN (0.4 h = 8) apart: columns; 7 apart, rows.
+    left, right = column(50, 100, [400] * 5), column(450 + gap, 100, [400] * 5)
+    assert ordered(left + right) == (left + right if columns else by_rows_pairs(left, right))
+
+
 def test_the_line_height_is_the_median_one():
     # 7 lines 20 high, 5 lines 10 high: the median h is 20 (a third of the way up the heights it is 10).
     # Sides 100 wide are under 6 h = 120, so no columns: rows, by top (at h = 10 they would be columns).
@@ -479,6 +486,18 @@ def test_the_cell_gap(gap, kind):
 def header_page(rows: int, height: float) -> list[tuple]:
     head = column(50, 10, [200] * rows, pitch=25)
     return head + column(50, 150, [400] * 6)
+
+
+def test_blocks_after_a_table():
+    # Three rows of an item (20-500) and its price (700-750), then two columns: the table, then each
+    # column, a block each.
+    table = [b for k in range(3) for b in (line(20, 40 + 26 * k, 480), line(700, 40 + 26 * k, 50))]
+    left, right = column(50, 150, [400] * 4), column(480, 150, [400] * 4)
+    assert blocks(table + left + right) == [
+        ("table", list(range(6))),
+        ("text", list(range(6, 10))),
+        ("text", list(range(10, 14))),
+    ]
 
 
 @pytest.mark.parametrize(("rows", "kind"), [(2, "header"), (3, "text")], ids=["2-rows", "3-rows"])
