@@ -6,10 +6,11 @@ files) in a temporary folder, never in the checkout: a killed run leaves at most
 copy is imported through PYTHONPATH, ahead of the checkout's editable install, for the tests and the servers
 they start alike.
 
-Each module (MODULES) is mutated against the tests that reach it only (files, or pytest's node ids), in one
-process, stopping at the first failure. A baseline run on the unmutated copy times those tests; each mutant
-may take TIMEOUT_FACTOR times that (a mutant that runs past it counts as killed, as cosmic-ray counts it), and
-the whole run stops starting mutants once --budget seconds have gone; a later run goes on where it stopped.
+Each module (MODULES) is mutated against the tests that reach it only (files, pytest's node ids, and
+--deselect=<node id> options), in one process, stopping at the first failure. A baseline run on the unmutated
+copy times those tests; each mutant may take TIMEOUT_FACTOR times that (a mutant that runs past it counts as
+killed, as cosmic-ray counts it), and the whole run stops starting mutants once --budget seconds have gone; a
+later run goes on where it stopped.
 
 Sessions (cosmic-ray's SQLite work databases) are kept in build/mutate/ (git-ignored), one per module. A new
 run carries a mutant's result over while its module's code is unchanged (comments aside); a survivor's only
@@ -65,6 +66,12 @@ WEBHOOK_UNIT_TESTS = (
     "test_backoff_doubles_is_capped_and_jittered",
     "test_backoff_at_the_cap_and_the_jitters_ends",
 )
+LAYOUT_ENGINE_TESTS = (
+    "reading_order.py::test_a_two_column_article_is_read_column_by_column",
+    "reading_order.py::test_layout_pages_read_in_order_with_their_blocks",
+    "reading_order.py::test_a_wrapped_label_is_one_row_read_through_the_engine",
+    "deskew.py::test_a_tilted_two_column_article_read_through_the_engine_comes_out_column_by_column",
+)
 MODULES: dict[str, Module] = {
     "auth": Module(("ocr_app/auth.py",), ("tests/test_auth.py",)),
     "admission": Module(("ocr_app/ocr/admission.py",), ("tests/test_admission.py",)),
@@ -105,9 +112,18 @@ MODULES: dict[str, Module] = {
         ),
         ("tests/test_documents.py", "tests/test_hostile.py"),
     ),
+    # The line boxes' tests, the limits of the rules first (a second): not the four that run the rapidocr
+    # engine on rendered pages, which take most of a run's time (9 of 13 s on these cores, a survivor's each
+    # time) and test the engine and the layout together.
     "layout": Module(
         ("ocr_app/engines/layout.py",),
-        ("tests/test_reading_order.py", "tests/test_tables.py", "tests/test_deskew.py"),
+        (
+            "tests/test_layout_rules.py",
+            "tests/test_reading_order.py",
+            "tests/test_tables.py",
+            "tests/test_deskew.py",
+            *(f"--deselect=tests/test_{name}" for name in LAYOUT_ENGINE_TESTS),
+        ),
     ),
 }
 
@@ -134,6 +150,9 @@ def ast_digest(path: Path) -> str:
 def files_digest(root: Path, files: tuple[str, ...]) -> str:
     digest = hashlib.sha256()
     for name in files:
+        if name.startswith("-"):  # an option (--deselect=...): its text
+            digest.update(name.encode() + b"\0")
+            continue
         digest.update(name.encode() + b"\0" + (root / name.split("::")[0]).read_bytes() + b"\0")
     return digest.hexdigest()
 

@@ -76,6 +76,7 @@ def reading_groups(boxes: list[Box]) -> list[list[int]]:
     take 3-7 ms (one column ~3, three ~5, a title over two ~7; the row sort alone: 1-2 ms).
     """
     n = len(boxes)
+    # mutation: NumberReplacer to `if n < 1` equivalent because one box is read as its row either way.
     if n < 2:
         return [list(range(n))] if n else []
     x0s, y0s, x1s, y1s = np.asarray(boxes, dtype=np.float64).reshape(n, 4).T.copy()
@@ -132,9 +133,14 @@ def reading_groups(boxes: list[Box]) -> list[list[int]]:
         their rows pair up (TABLE_PAIRED of them) and either are few (under TABLE_MIN_ROWS rows tell
         nothing) or one side does not read as prose (rows under PROSE_MIN_WIDTH, or under COLUMN_MIN_FILL
         of its width). Columns set on shared baselines pair up too, but their rows are long and fill them."""
+        # mutation: ReplaceOrWithAnd equivalent because no side is ever empty: each interval of the union is
+        # the span of solid boxes of the block, which lie within it.
         if not len(left) or not len(right):
+            # mutation: ReplaceFalseWithTrue equivalent because never reached (see above).
             return False
         rows = [side_rows(left), side_rows(right)]
+        # mutation: NumberReplacer to `r[ 1]` equivalent because a side's four arrays have one length.
+        # mutation: NumberReplacer to `r[ -1]` equivalent likewise.
         few, many = sorted(rows, key=lambda r: len(r[0]))
         # Each row of the side with fewer rows, against the other side's row nearest its centre.
         centres = (many[0] + many[1]) / 2
@@ -143,10 +149,13 @@ def reading_groups(boxes: list[Box]) -> list[list[int]]:
         overlap = np.minimum(few[1], many[1][near]) - np.maximum(few[0], many[0][near])
         ok = overlap >= 0.5 * np.minimum(few[1] - few[0], many[1][near] - many[0][near])
         count = int(np.count_nonzero(ok.any(axis=0)))
+        # mutation: NumberReplacer to `len(many[ 1])` equivalent because many's arrays have one length.
+        # mutation: NumberReplacer to `len(many[ -1])` equivalent likewise.
         if count < TABLE_PAIRED * len(many[0]):
             return False
         if count < TABLE_MIN_ROWS:
             return True
+        # mutation: ReplaceTrueWithFalse equivalent because two sides' rows go with two spans.
         for (_, _, r0, r1), span in zip(rows, (a, b), strict=True):
             width = float(np.median(r1 - r0))
             if width < PROSE_MIN_WIDTH * h or width < COLUMN_MIN_FILL * (span[1] - span[0]):
@@ -154,6 +163,7 @@ def reading_groups(boxes: list[Box]) -> list[list[int]]:
         return False
 
     # A solid box's span; noise has none (it follows the side its centre is on).
+    # mutation: ReplaceTrueWithFalse equivalent because solid is made from boxes: the same length.
     spans: list[Span | None] = [(b[0], b[2], 1) if ok else None for b, ok in zip(boxes, solid, strict=True)]
 
     def span(i: int) -> Span:
@@ -162,8 +172,18 @@ def reading_groups(boxes: list[Box]) -> list[list[int]]:
         return found
 
     def union(idx: list[int]) -> list[Span]:
+        # mutation: NumberReplacer to `len(idx) == 0` equivalent because one index then takes the way below,
+        # to the same one span (none for noise); no block or band is empty.
         if len(idx) == 1:  # most bands: one line
+            # mutation: NumberReplacer to `solid[idx[ -1]]` equivalent because idx holds one index here.
+            # mutation: NumberReplacer to `span(idx[ -1])` equivalent because idx holds one index here.
+            # mutation: NumberReplacer to `span(idx[ 1])` equivalent because a solid line's span is taken
+            # directly (see unions below): the union of one line is asked of noise only.
             return [span(idx[0])] if solid[idx[0]] else []
+        # mutation: ReplaceComparisonOperator_Lt equivalent because both ways give the same intervals (the
+        # numpy way is for speed): a span starting where the last one reaches joins it in both.
+        # mutation: AddNot equivalent likewise.
+        # mutation: NumberReplacer equivalent likewise.
         if len(idx) < 32:
             return _union(sorted([span(i) for i in idx if solid[i]]))
         # A block: the same with numpy. An interval starts where a span begins right of all before it.
@@ -176,6 +196,7 @@ def reading_groups(boxes: list[Box]) -> list[list[int]]:
         starts = np.flatnonzero(np.r_[True, x0s[ids][1:] > reach[:-1]])
         ends = np.r_[starts[1:], len(ids)]
         return list(
+            # mutation: ReplaceTrueWithFalse equivalent because the three lists are as long as each other.
             zip(x0s[ids][starts].tolist(), reach[ends - 1].tolist(), (ends - starts).tolist(), strict=True)
         )
 
@@ -188,10 +209,21 @@ def reading_groups(boxes: list[Box]) -> list[list[int]]:
         starts = np.flatnonzero(np.r_[True, y0s[ids][1:] >= bottom[:-1]])
         ends = np.r_[starts[1:], len(ids)]
         first = ids[starts]
+        # `stacked` is a shortcut: the runs below read a line under a line all the way as rows too, so a
+        # mutant that only makes it false more often changes nothing.
+        # mutation: ReplaceBinaryOperator_Sub_Add equivalent because then only the first band is single: the
+        # shortcut is never taken.
+        # mutation: NumberReplacer to `ends - starts == 0` equivalent likewise: no band is single.
         single = (ends - starts == 1) & is_solid[first]
         lo, hi = x0s[first], x1s[first]
+        # mutation: ReplaceComparisonOperator_LtE_Lt equivalent because touching lines are then not stacked:
+        # the shortcut is not taken, and the runs merge touching spans into one (no gutter): rows.
+        # mutation: ReplaceUnaryOperator_Delete_USub to `single[:1] & single[1:]` equivalent because single[0]
+        # and single[1:] together are every band, as single[:-1] and single[1:] are.
+        # mutation: ReplaceUnaryOperator_USub_UAdd to `single[:+1] & single[1:]` equivalent as single[:1].
         stacked = bool(np.all(single[:-1] & single[1:] & (lo[:-1] <= hi[1:]) & (lo[1:] <= hi[:-1])))
         order = ids.tolist()
+        # mutation: ReplaceTrueWithFalse equivalent because ends is as long as starts.
         return [order[a:b] for a, b in zip(starts.tolist(), ends.tolist(), strict=True)], stacked
 
     def running_head(block: list[int]) -> list[int]:
@@ -199,6 +231,8 @@ def reading_groups(boxes: list[Box]) -> list[list[int]]:
         ids = np.asarray(block)
         ids = ids[np.argsort(y0s[ids], kind="stable")]
         bottom = np.maximum.accumulate(y1s[ids])
+        # mutation: ReplaceComparisonOperator_GtE_Gt equivalent because a box starting at the band's bottom
+        # has its middle under the band's first box: the band so grown is no one row, no head either way.
         starts = np.flatnonzero(np.r_[False, y0s[ids][1:] >= bottom[:-1]])
         if not len(starts):
             return []
@@ -212,6 +246,10 @@ def reading_groups(boxes: list[Box]) -> list[list[int]]:
         return [row_order(boxes, block)] if block else []
 
     def order(block: list[int], depth: int = 0) -> list[list[int]]:
+        # mutation: NumberReplacer to `len(block) < 1` equivalent because a one-line block is one band: rows.
+        # mutation: NumberReplacer to `len(block) < 3` equivalent because two lines make no two columns of
+        # two lines: one band or two, they are read as rows, one group, either way.
+        # mutation: ReplaceComparisonOperator_Lt_LtE to `len(block) <= 2` equivalent likewise.
         if len(block) < 2 or depth > MAX_DEPTH:  # (no real page nests so deep: a guard, read as rows)
             return rows_of(block)
         cut = column_cut(block)
@@ -226,11 +264,28 @@ def reading_groups(boxes: list[Box]) -> list[list[int]]:
             right = [i for i in block if boxes[i][0] + boxes[i][2] >= 2 * cut]
             return order(left, depth + 1) + order(right, depth + 1)
         bands, all_stacked = bands_of(block)
+        # mutation: NumberReplacer to `len(bands) == 0` equivalent because one band is one run, read as rows
+        # (or, with a gutter and rows, recursed into until the depth guard reads it as rows): one group.
+        # mutation: ReplaceOrWithAnd equivalent likewise (and the stacked shortcut's, see bands_of).
         if len(bands) == 1 or all_stacked:  # one band, or a line under a line all the way: rows
             return rows_of(block)
+        # mutation: NumberReplacer to `b[ -1]` equivalent because b holds one line there.
+        # mutation: NumberReplacer to `len(b) == 0 and` equivalent because union() of one line is its span.
         unions = [[span(b[0])] if len(b) == 1 and solid[b[0]] else union(b) for b in bands]
         # Two bands each one span, overlapping (a line under a line, the bulk of a page): no gutter between.
+        # It only spares a merge whose union is one span, so one that says "not stacked" of overlapping or
+        # touching spans changes nothing (the merge is one span: no gutter, a new run).
         stacked = [
+            # mutation: ReplaceComparisonOperator_LtE_Lt equivalent because of touching spans (see above).
+            # mutation: NumberReplacer to `a[0][0] <= b[0][ 0]` equivalent because then b starts within a.
+            # mutation: NumberReplacer to `b[ -1][0]` equivalent because b holds one span.
+            # mutation: NumberReplacer to `b[0][ 1] <= a[0][1]` equivalent because then b ends within a.
+            # mutation: NumberReplacer to `<= a[ -1][1]` equivalent because a holds one span.
+            # mutation: NumberReplacer to `<= b[ -1][1]` equivalent because b holds one span.
+            # mutation: NumberReplacer to `a[ -1][0] <=` equivalent because a holds one span.
+            # mutation: NumberReplacer to `len(a) == 0 == len(b)` equivalent: never stacked (see above).
+            # mutation: NumberReplacer to `a[0][ 1] <= b[0][1]` equivalent because then a ends within b.
+            # mutation: NumberReplacer to `b[0][0] <= a[0][ 0]` equivalent because then a starts within b.
             len(a) == 1 == len(b) and a[0][0] <= b[0][1] and b[0][0] <= a[0][1]
             for a, b in itertools.pairwise(unions)
         ]
@@ -239,26 +294,40 @@ def reading_groups(boxes: list[Box]) -> list[list[int]]:
         run, count, run_union = list(bands[0]), 1, unions[0]
         for k in range(1, len(bands)):
             band, band_union = bands[k], unions[k]
+            # mutation: ReplaceComparisonOperator_LtE_Lt equivalent because a band not counted within the
+            # run's columns here is merged below: the same intervals, the same gutter, the run goes on.
+            # mutation: NumberReplacer to `count > 2` equivalent likewise (a run of 2 bands has its gutter).
+            # mutation: NumberReplacer to `any(u[ 1] <= s[0]` equivalent likewise: never within.
+            # mutation: NumberReplacer to `s[1] <= u[ 0]` equivalent likewise: never within.
             if count > 1 and all(any(u[0] <= s[0] and s[1] <= u[1] for u in run_union) for s in band_union):
                 run += band  # the band's lines lie within the run's columns: the gutter goes on
+                # mutation: NumberReplacer equivalent because count is 2 or more here and only ever compared
+                # with 1.
                 count += 1
                 continue
             merged = None
+            # mutation: ReplaceComparisonOperator_Gt_GtE equivalent because merging two stacked spans (count
+            # 1) gives one span: no gutter, a new run, as without the merge.
+            # mutation: NumberReplacer to `count > 0` equivalent likewise.
             if count > 1 or not stacked[k - 1]:
                 merged = _union(sorted(run_union + band_union))
             if merged is not None and gutters(merged, lines=False):
                 run += band
+                # mutation: NumberReplacer to `count + 2` equivalent because count is only compared with 1.
                 count, run_union = count + 1, merged
             else:
                 runs.append((run, count, run_union))
                 run, count, run_union = list(band), 1, band_union
         runs.append((run, count, run_union))
         if len(runs) == 1:  # one run, yet no gutter with enough lines: its bands one by one
+            # mutation: ReplaceTrueWithFalse equivalent because each band has its union.
             runs = [(band, 1, u) for band, u in zip(bands, unions, strict=True)]
         out: list[list[int]] = []
         rows: list[int] = []  # consecutive bands without a gutter: rows, sorted together
         for run, count, run_union in runs:
             if count == 1 and (
+                # mutation: NumberReplacer to `len(run_union) < 1` equivalent because one interval has
+                # no gutter.
                 len(run_union) < 2 or not gutters(run_union, lines=False) or len(line_rows(boxes, run)) == 1
             ):
                 rows += run  # no gutter, or one row of boxes (a line the detector split at wide spaces)
@@ -302,6 +371,7 @@ def line_rows(boxes: list[Box], block: Iterable[int]) -> list[list[int]]:
                 found[-1].append(i)
                 continue
         found.append([i])
+    # mutation: NumberReplacer to `len(row) == 0` equivalent because sorting a row of one box keeps it.
     return [row if len(row) == 1 else sorted(row, key=lambda j: boxes[j][0]) for row in found]
 
 
@@ -485,11 +555,15 @@ def page_skew(polygons: np.ndarray) -> float:
 def deskewed(polygons: np.ndarray, angle: float, centre: tuple[float, float]) -> list[Box]:
     """The axis-aligned boxes of the polygons turned by -angle degrees about the centre: the page upright,
     for the layout to order and group its lines; the boxes given back stay those of the page as sent."""
+    # mutation: NumberReplacer to `reshape(- 2, 4, 2)` equivalent because numpy (2.3) takes any negative
+    # size as the one it works out.
+    # mutation: ReplaceUnaryOperator_USub_Invert equivalent likewise (~1 is -2).
     quads = np.asarray(polygons, dtype=np.float64).reshape(-1, 4, 2)
     a = np.radians(-angle)
     c, s = np.cos(a), np.sin(a)
     x, y = quads[..., 0] - centre[0], quads[..., 1] - centre[1]
     xs, ys = c * x - s * y + centre[0], s * x + c * y + centre[1]
     return list(
+        # mutation: ReplaceTrueWithFalse equivalent because the four lists are as long as each other.
         zip(xs.min(1).tolist(), ys.min(1).tolist(), xs.max(1).tolist(), ys.max(1).tolist(), strict=True)
     )
