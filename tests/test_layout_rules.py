@@ -235,16 +235,6 @@ def test_a_running_head_of_pieces_of_different_heights():
     assert ordered(boxes) == [logo, title, number, *left, *right]
 
 
-@pytest.mark.parametrize("scale", [1, 1 / 1000], ids=["pixels", "normalised"])
-def test_lines_in_a_staircase_from_the_right(scale):
-    # As the staircase above, its first line on the right: B (480-880), A (50-450), D, C: left A, C; right
-    # B, D.
-    title = line(50, 20, 830, 36)
-    b, a, d, c = line(480, 100, 400), line(50, 130, 400), line(480, 160, 400), line(50, 190, 400)
-    boxes = [tuple(v * scale for v in box) for box in (title, b, a, d, c)]
-    assert reading_order(boxes) == [0, 2, 4, 1, 3]
-
-
 def test_a_title_in_two_pieces_over_two_columns():
     # A title the detector split in two (50-400 and 420-880: it crosses the gutter at 450-480), over two
     # columns on shared baselines: every band is two boxes, yet the columns are read one after the other.
@@ -261,13 +251,21 @@ def test_a_title_over_two_columns_of_offset_lines():
 
 
 @pytest.mark.parametrize("scale", [1, 1 / 1000], ids=["pixels", "normalised"])
-def test_lines_in_a_staircase_under_a_title(scale):
-    # Under a full-width title, lines alternating left (50-450) and right (480-880), each alone in its band:
-    # two lines a side with a 30 blank between the sides: two columns, read left then right.
+@pytest.mark.parametrize(
+    ("first_x", "expected"),
+    [(50, [0, 1, 3, 2, 4]), (480, [0, 2, 4, 1, 3])],
+    ids=["from-the-left", "from-the-right"],
+)
+def test_lines_in_a_staircase_under_a_title(scale, first_x, expected):
+    # Under a full-width title, lines alternating between left (50-450) and right (480-880), each alone in
+    # its band, two a side with a 30 blank between the sides: two columns, read left then right whichever
+    # side the stair starts on. From the left: A, B, C, D = left, right, left, right -> title, A, C, B, D;
+    # from the right: A, B, C, D = right, left, right, left -> title, B, D, A, C.
+    other = 530 - first_x
     title = line(50, 20, 830, 36)
-    a, b, c, d = line(50, 100, 400), line(480, 130, 400), line(50, 160, 400), line(480, 190, 400)
-    boxes = [tuple(v * scale for v in box) for box in (title, a, b, c, d)]
-    assert reading_order(boxes) == [0, 1, 3, 2, 4]
+    stairs = [line(x, y, 400) for x, y in zip([first_x, other] * 2, (100, 130, 160, 190), strict=True)]
+    boxes = [tuple(v * scale for v in box) for box in (title, *stairs)]
+    assert reading_order(boxes) == expected
 
 
 def test_a_run_goes_on_when_a_line_widens_its_column():

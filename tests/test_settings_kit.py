@@ -131,19 +131,26 @@ def test_role_defaults_are_the_app_defaults():
         assert _as_settings_reads(s, value) == want, f"{name}: {value!r} in the role, {want!r} in Settings"
 
 
-# `ocr_app_x | default(<a number, a quoted string, true or false>)`
+# `ocr_app_x | default(<a number, a quoted string, true or false>)`: a role variable's fallback elsewhere.
 FALLBACK = re.compile(
     r"\b(ocr_app_\w+)\s*\|\s*default\(\s*(-?[0-9][0-9.]*|'[^']*'|\"[^\"]*\"|true|false)\s*[,)]"
+)
+# `(ocr_app_extra_config | default({})).x | default(<a number>)`: a setting without a role variable.
+EXTRA_FALLBACK = re.compile(
+    r"\(ocr_app_extra_config\s*\|\s*default\(\{\}\)\)\.(\w+)\s*\|\s*default\(\s*(-?[0-9][0-9.]*)\s*\)"
 )
 
 
 def test_other_roles_fall_back_on_the_same_defaults():
-    found = 0
+    """Wherever the kit writes a fallback for an app setting (roles, their tasks, playbooks), it is the
+    app's: the role variable's default, or Settings' for a key of ocr_app_extra_config."""
+    found = extra = 0
     paths = [*ROOT.glob("roles/*/**/*.yml"), *ROOT.glob("roles/*/**/*.j2"), *ROOT.glob("playbooks/**/*.yml")]
     for path in paths:
         if path.is_relative_to(ROLE / "molecule"):
             continue
-        for var, literal in FALLBACK.findall(path.read_text()):
+        text, where = path.read_text(), path.relative_to(ROOT)
+        for var, literal in FALLBACK.findall(text):
             if var not in EXPOSED:
                 continue
             found += 1
@@ -151,27 +158,13 @@ def test_other_roles_fall_back_on_the_same_defaults():
             want = s.role_default
             got = yaml.safe_load(literal)
             assert _as_settings_reads(s, got) == _as_settings_reads(s, want), (
-                f"{path.relative_to(ROOT)}: {var} | default({literal}), the role's default is {want!r}"
+                f"{where}: {var} | default({literal}), the role's default is {want!r}"
             )
-    assert found, "no fallback found: is the pattern still right?"
-
-
-# `(ocr_app_extra_config | default({})).x | default(<a number>)`: a setting without a role variable.
-EXTRA_FALLBACK = re.compile(
-    r"\(ocr_app_extra_config\s*\|\s*default\(\{\}\)\)\.(\w+)\s*\|\s*default\(\s*(-?[0-9][0-9.]*)\s*\)"
-)
-
-
-def test_other_roles_fall_back_on_the_apps_defaults_of_extra_config():
-    found = 0
-    for path in [*ROOT.glob("roles/*/defaults/*.yml"), *ROOT.glob("roles/*/templates/**/*.j2")]:
-        for name, literal in EXTRA_FALLBACK.findall(path.read_text()):
-            found += 1
+        for name, literal in EXTRA_FALLBACK.findall(text):
+            extra += 1
             want = Settings.model_fields[name].get_default(call_default_factory=True)
-            assert yaml.safe_load(literal) == want, (
-                f"{path.relative_to(ROOT)}: {name} | default({literal}), Settings: {want!r}"
-            )
-    assert found >= 2, "no fallback found: is the pattern still right?"
+            assert yaml.safe_load(literal) == want, f"{where}: {name} | default({literal}), Settings {want!r}"
+    assert found and extra >= 2, f"fallbacks found: {found}, of extra config {extra}: is a pattern right?"
 
 
 # --- config.yml as the kit writes it ----------------------------------------------------------------------
