@@ -29,6 +29,7 @@ SOURCES = {
     "ocr_": "app",
     "process_": "app",
     "ocr_gpu_": "gpu_metrics",
+    "ocr_lb_": "keepalived",
     "haproxy_": "haproxy",
     "node_": "node",
     "pg_": "postgres",
