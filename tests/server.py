@@ -142,3 +142,9 @@ class Server:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             return self.proc.wait()
+
+
+class StallServer(Server):
+    """`ocr-app` with the test engine a test can hold or wedge (tests/stall_engine.py: its control files)."""
+
+    command = (sys.executable, str(Path(__file__).parent / "stall_engine.py"))

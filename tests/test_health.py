@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -18,15 +17,11 @@ import pytest
 
 from .docs import encode, pdf, render
 from .hostile import slow_render_pdf
-from .server import Server
+from .server import Server, StallServer
 from .test_errors import assert_error
 
 HERE = Path(__file__).parent
 MiB = 1024 * 1024
-
-
-class StallServer(Server):
-    command = (sys.executable, str(HERE / "stall_engine.py"))
 
 
 @pytest.fixture(scope="module")

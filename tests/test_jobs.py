@@ -11,7 +11,6 @@ import io
 import json
 import signal
 import subprocess
-import sys
 import threading
 import time
 from datetime import datetime
@@ -26,15 +25,11 @@ from ocr_app.errors import InvalidParameter
 from ocr_app.jobs.service import last_page_sent
 
 from .docs import TEXTS, pdf, render
-from .server import Server, add_key
+from .server import Server, StallServer, add_key
 from .test_errors import assert_error
 
 HERE = Path(__file__).parent
 PDF_TYPE = "application/pdf"
-
-
-class StallServer(Server):
-    command = (sys.executable, str(HERE / "stall_engine.py"))
 
 
 def doc(pages: int, seed: str = "") -> bytes:

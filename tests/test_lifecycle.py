@@ -16,7 +16,7 @@ import pytest
 from ocr_app.auth import hash_key
 
 from .docs import TEXTS, encode, pdf, render
-from .server import OCR_APP, Server
+from .server import OCR_APP, Server, StallServer
 
 
 def dense_page(lines: int = 30):
@@ -35,6 +35,10 @@ def small() -> bytes:
     return encode(render(["Short note 77"]).image, "PNG")
 
 
+# A page for the test engine, which reads every page back as its self-test text.
+PAGE = encode(render(["Held"]).image, "PNG")
+
+
 @pytest.fixture(scope="module")
 def tight(tmp_path_factory):
     """One request in flight, two waiting, one engine worker: easy to saturate."""
@@ -46,28 +50,52 @@ def tight(tmp_path_factory):
     assert srv.stop() == 0
 
 
-def test_health_answers_while_the_engine_is_saturated(tight, heavy):
-    with ThreadPoolExecutor(3) as pool:
-        futures = [pool.submit(tight.ocr, heavy, "image/png") for _ in range(3)]
-        body = tight.wait_until(lambda h: h["inflight"] == 1 and h["queued"] == 2)
-        # Ordering, not timing: /healthz and /livez answered while all three were still pending.
-        livez = tight.client(key=None).get("/livez")
-        assert not any(f.done() for f in futures)
-        assert body["status"] == "ready" and livez.status_code == 200
-        assert [f.result().status_code for f in futures] == [200, 200, 200]
+@pytest.fixture(scope="module")
+def saturated(tmp_path_factory):
+    """As `tight`, with the test engine (tests/stall_engine.py): while `wedge` exists in its control directory
+    the page in flight waits, so one request stays in flight and two wait for as long as a test needs, without
+    seconds of real OCR behind them."""
+    srv = StallServer(tmp_path_factory.mktemp("saturated"), engine="rapidocr", max_concurrency=1, max_queue=2)
+    srv.control = tmp_path_factory.mktemp("saturated-control")
+    srv.start(env={"STALL_CONTROL": str(srv.control)})
+    yield srv
+    assert srv.stop() == 0
 
 
-def test_full_queue_is_503_at_once_and_loses_nothing(tight, heavy, small):
+@pytest.fixture
+def wedged(saturated):
+    """Three requests sent, one in flight (its page held) and two queued; the futures, then released."""
+    wedge = saturated.control / "wedge"
+    wedge.touch()
     with ThreadPoolExecutor(3) as pool:
-        futures = [pool.submit(tight.ocr, heavy, "image/png") for _ in range(3)]
-        tight.wait_until(lambda h: h["inflight"] == 1 and h["queued"] == 2)
-        r = tight.ocr(small, "image/png")
-        assert not any(f.done() for f in futures)  # refused while the others were still running
-        assert r.status_code == 503 and r.json()["error"]["code"] == "overloaded"
-        assert int(r.headers["retry-after"]) >= 1
-        assert [f.result().status_code for f in futures] == [200, 200, 200]
-    assert tight.metrics()['ocr_rejected_total{reason="overloaded"}'] >= 1
-    assert tight.ocr(small, "image/png").status_code == 200
+        try:
+            futures = [pool.submit(saturated.ocr, PAGE, "image/png") for _ in range(3)]
+            yield futures
+        finally:
+            wedge.unlink(missing_ok=True)
+
+
+def test_health_answers_while_the_engine_is_saturated(saturated, wedged):
+    body = saturated.wait_until(lambda h: h["inflight"] == 1 and h["queued"] == 2)
+    # Ordering, not timing: /healthz and /livez answered while all three were still pending.
+    livez = saturated.client(key=None).get("/livez")
+    assert not any(f.done() for f in wedged)
+    assert body["status"] == "ready" and livez.status_code == 200
+    (saturated.control / "wedge").unlink()
+    assert [f.result().status_code for f in wedged] == [200, 200, 200]
+
+
+def test_full_queue_is_503_at_once_and_loses_nothing(saturated, wedged):
+    before = saturated.metrics().get('ocr_rejected_total{reason="overloaded"}', 0)
+    saturated.wait_until(lambda h: h["inflight"] == 1 and h["queued"] == 2)
+    r = saturated.ocr(PAGE, "image/png")
+    assert not any(f.done() for f in wedged)  # refused while the others were still pending
+    assert r.status_code == 503 and r.json()["error"]["code"] == "overloaded"
+    assert int(r.headers["retry-after"]) >= 1
+    (saturated.control / "wedge").unlink()
+    assert [f.result().status_code for f in wedged] == [200, 200, 200]
+    assert saturated.metrics()['ocr_rejected_total{reason="overloaded"}'] == before + 1
+    assert saturated.ocr(PAGE, "image/png").status_code == 200
 
 
 def test_drain_file_turns_health_to_draining_but_requests_still_work(tight, small):

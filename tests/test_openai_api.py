@@ -14,7 +14,6 @@ from __future__ import annotations
 import base64
 import json
 import socket
-import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -28,16 +27,12 @@ from ocr_app.engines.base import SELF_TEST_TEXT
 
 from .docs import TEXTS, encode, render
 from .readme import run_chat_snippet
-from .server import Server
+from .server import Server, StallServer
 
 HERE = Path(__file__).parent
 MODEL = "lightonai/LightOnOCR-2-1B"
 SMALL_UPLOAD = 100_000
 PAGE_BREAK = "\n\n---\n\n"
-
-
-class StallServer(Server):
-    command = (sys.executable, str(HERE / "stall_engine.py"))
 
 
 def client(srv: Server, key: str | None = None) -> openai.OpenAI:
