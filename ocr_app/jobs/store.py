@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
+import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Sequence
 from contextlib import asynccontextmanager
@@ -85,8 +86,14 @@ class _Pool(AsyncConnectionPool):
                 await self.primary_moved()
             raise
 
+    _moved_logged_at = -math.inf
+
     async def primary_moved(self) -> None:
-        log.warning("job database read-only (a demoted primary?): reconnecting to the writable host")
+        # Once a minute at most: a URL without target_session_attrs=read-write reconnects to the same
+        # read-only server, and the probe finds it so each job_poll_s (its own warning says when that ends).
+        if time.monotonic() - self._moved_logged_at > 60:
+            self._moved_logged_at = time.monotonic()
+            log.warning("job database read-only (a demoted primary?): reconnecting to the writable host")
         await self.drain()  # idle connections closed now, those in use when given back
 
 
