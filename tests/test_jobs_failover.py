@@ -23,6 +23,7 @@ import socket
 import subprocess
 import threading
 import time
+import uuid
 
 import httpx
 import psycopg
@@ -112,6 +113,39 @@ def test_a_25006_drops_the_pools_connections_another_error_does_not(postgres):
             await store.close()
 
     assert asyncio.run(scenario()) == {"23505": False, "25P02": False, "25006": True}
+
+
+def test_a_lost_connection_drops_the_others_to_the_same_server(postgres):
+    """Two pooled connections, both ended by the server (pg_terminate_backend: as a killed primary's are):
+    the first use fails, and the next gets a new connection, not the other dead one."""
+    url = postgres.create_database("failover_lost")
+
+    async def scenario() -> tuple[str, set[int], int]:
+        store = JobStore(url, max_connections=2, timeout_s=DB_TIMEOUT_S)
+        await store.open()
+        try:
+            both = asyncio.Event()
+            pids: set[int] = set()
+
+            async def hold() -> None:  # two at once: the pool holds two connections after
+                async with store.pool.connection() as conn:
+                    pids.add(conn.info.backend_pid)
+                    if len(pids) == 2:
+                        both.set()
+                    await asyncio.wait_for(both.wait(), 10)
+
+            await asyncio.gather(hold(), hold())
+            with psycopg.connect(postgres.url("postgres"), autocommit=True) as admin:
+                admin.execute("SELECT pg_terminate_backend(p) FROM unnest(%s::int[]) p", (sorted(pids),))
+            with pytest.raises(psycopg.OperationalError) as lost:
+                await store.job_state(uuid.uuid4())
+            async with store.pool.connection() as conn:
+                return lost.value.sqlstate or "", pids, conn.info.backend_pid
+        finally:
+            await store.close()
+
+    sqlstate, dead, pid = asyncio.run(scenario())
+    assert sqlstate == "57P01" and len(dead) == 2 and pid not in dead  # admin_shutdown
 
 
 def test_a_read_only_database_is_unreachable_to_the_probe(postgres):

@@ -7,10 +7,10 @@ instance claim the range again; a cancelled job's unfinished ranges become `canc
 Several database hosts (a libpq multi-host URL with target_session_attrs=read-write, e.g.
 postgresql://ocr@db-1:5432,db-2:5432/ocr?target_session_attrs=read-write): libpq keeps the first host that
 accepts writes, but checks that only when a connection is made. A primary demoted under live connections
-answers their writes with SQLSTATE 25006 (read_only_sql_transaction); a killed one drops them. The pool
-discards a dropped connection by itself; on a 25006 (and when the probe finds the server read-only) every
-connection of the pool is dropped (AsyncConnectionPool.drain: they all lead to the demoted server), and the
-new ones go to whichever host is writable now. Meanwhile the error is the unavailable path's: 503
+answers their writes with SQLSTATE 25006 (read_only_sql_transaction); a killed one drops them. On a 25006
+(and when the probe finds the server read-only), and on a connection found broken, every connection of the
+pool is dropped (AsyncConnectionPool.drain: they all lead to the server that is gone), and the new ones go
+to whichever host is writable now. Meanwhile the error is the unavailable path's: 503
 jobs_unavailable for a request, a retry for a worker.
 
 Lock order: a transaction that locks both a job's ranges and its job row takes the ranges' rows first
@@ -78,12 +78,18 @@ class _Pool(AsyncConnectionPool):
         self,
         timeout: float | None = None,  # noqa: ASYNC109 (the base class's signature)
     ) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
+        held: psycopg.AsyncConnection[Any] | None = None
         try:
             async with super().connection(timeout) as conn:
+                held = conn
                 yield conn
         except psycopg.Error as err:
             if primary_lost(err):
                 await self.primary_moved()
+            elif held is not None and held.broken:
+                # Its server went away (killed, restarted as a standby by Patroni): the pool's other
+                # connections to it are dead too, and each would fail a request before being discarded.
+                await self.drain()
             raise
 
     _moved_logged_at = -math.inf
