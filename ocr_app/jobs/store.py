@@ -71,7 +71,7 @@ def primary_lost(err: BaseException) -> bool:
 
 
 class _Pool(AsyncConnectionPool):
-    """The pool, dropping all its connections when one of them finds its server read-only."""
+    """The pool, dropping all its connections when one of them finds its server read-only or gone."""
 
     @asynccontextmanager
     async def connection(
@@ -119,7 +119,8 @@ class JobStore:
         self.timeout_s = timeout_s
         # Opened in the background: an instance starts (and serves /v1/ocr) while the database is down. A
         # connection is waited for at most timeout_s, and made within it (libpq counts less than 2 s as 2 s;
-        # this overrides a connect_timeout in the URL).
+        # this overrides a connect_timeout in the URL). With several hosts psycopg tries them in turn, each
+        # within that time: a host that does not answer delays each new connection by it.
         self.pool = _Pool(
             database_url,
             min_size=1,
