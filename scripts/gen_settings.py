@@ -140,7 +140,7 @@ EXPOSED: dict[str, Var] = {
 # Settings the role writes itself, from its own variables.
 COMPUTED = {
     "api_keys_file": "set by the role: `<ocr_app_config_dir>/keys`, from `ocr_app_api_keys`",
-    "database_url": "set by the role from `ocr_app_database_*` (where `ocr_app_database_host` is set)",
+    "database_url": "set by the role from `ocr_app_database_*` (where `_hosts` or `_host` is set)",
 }
 
 _SCALARS = {bool: "bool", int: "int", float: "float", str: "str", Path: "path"}

@@ -27,6 +27,7 @@ import ansible_runner
 import pytest
 import yaml
 from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
+from psycopg.conninfo import conninfo_to_dict
 from pydantic import TypeAdapter
 
 from ocr_app.config import Settings, load_settings
@@ -216,7 +217,14 @@ EVERY = {
         (ROOT / "inventory" / "lab" / "group_vars" / "ocr_servers" / "jobs.yml").read_text()
     )["ocr_app_extra_config"],
 }
-SCENARIOS = {"defaults": {}, "every": EVERY}
+# A replicated job database (a Patroni pair and more): a name, an IPv4 and an IPv6 address; a password with
+# the characters the passfile escapes.
+REPLICATED = {
+    "ocr_app_database_hosts": ["db-1.example", "10.0.0.2", "fd00::3"],
+    "ocr_app_database_port": 5433,
+    "ocr_app_database_password": "p:w\\d",
+}
+SCENARIOS = {"defaults": {}, "every": EVERY, "replicated": REPLICATED}
 
 PLAY = [
     {
@@ -237,6 +245,14 @@ PLAY = [
                 "ansible.builtin.template": {
                     "src": str(ROLE / "templates" / "etc" / "ocr-app" / "config.yml.j2"),
                     "dest": "{{ out }}/{{ inventory_hostname }}.yml",
+                    "mode": "0600",
+                },
+            },
+            {
+                "name": "Write the job database's passfile",
+                "ansible.builtin.copy": {
+                    "content": "{{ _ocr_app_database_passfile_content }}",
+                    "dest": "{{ out }}/{{ inventory_hostname }}.pgpass",
                     "mode": "0600",
                 },
             },
@@ -286,6 +302,29 @@ def test_the_kit_writes_every_app_setting_it_has_a_variable_for(written):
     # Empty: the app's default, no key (nor a key the app would read as "").
     unset = {"model_path", "max_concurrency", "rapidocr_workers", "job_webhook_allowed_urls"}
     assert not unset & set(defaults)
+
+
+def test_the_database_url_names_every_host_and_wants_the_writable_one(written):
+    """database_url as libpq parses it (PQconninfoParse): a host and a port each, as tried in turn."""
+    url = yaml.safe_load(written["replicated"].read_text())["database_url"]
+    params = conninfo_to_dict(url)
+    assert (params["host"], params["port"]) == ("db-1.example,10.0.0.2,fd00::3", "5433,5433,5433")
+    assert (params["target_session_attrs"], params["sslmode"]) == ("read-write", "verify-full")
+    assert "password" not in params
+    single = conninfo_to_dict(yaml.safe_load(written["every"].read_text())["database_url"])
+    assert (single["host"], single["port"], single["target_session_attrs"]) == (
+        "db.example",
+        "5432",
+        "read-write",
+    )
+    # libpq's passfile: a line per host, `:` and `\` escaped (the password is p:w\d).
+    pgpass = written["replicated"].with_suffix(".pgpass").read_text().splitlines()
+    assert pgpass == [
+        "db-1.example:5433:ocr:ocr_app:p\\:w\\\\d",
+        "10.0.0.2:5433:ocr:ocr_app:p\\:w\\\\d",
+        "fd00\\:\\:3:5433:ocr:ocr_app:p\\:w\\\\d",
+    ]
+    assert written["defaults"].with_suffix(".pgpass").read_text() == ""
 
 
 def test_the_kit_s_config_yml_loads_in_this_release(written, monkeypatch):

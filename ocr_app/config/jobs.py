@@ -12,11 +12,14 @@ class JobSettings(BaseModel):
 
     # Bulk jobs (ocr_app/jobs/): PostgreSQL holds their state, every instance works them. Without
     # database_url the /v1/jobs routes answer 503. A libpq URL, e.g. postgresql://ocr@db/ocr?sslmode=verify-full
-    # (a secret when it holds a password: never logged).
+    # (a secret when it holds a password: never logged); a replicated database's hosts all in one, the
+    # writable one wanted: postgresql://ocr@db-1:5432,db-2:5432/ocr?target_session_attrs=read-write.
     database_url: str | None = Field(
         None,
         description="The bulk-job database (PostgreSQL), a libpq URL, e.g. "
         "postgresql://ocr@db/ocr?sslmode=verify-full (a secret when it holds a password: never logged); "
+        "a replicated database (e.g. Patroni): every host, and target_session_attrs=read-write, e.g. "
+        "postgresql://ocr@db-1:5432,db-2:5432/ocr?target_session_attrs=read-write&sslmode=verify-full; "
         "none: the /v1/jobs routes answer 503.",
     )
     # A job route waits this long on the database (a pool connection, a statement) before it answers 503

@@ -4,6 +4,15 @@ Leases are timed by the database's clock (now()), so the hosts' clocks never hav
 `queued` -> `leased` (lease_owner, lease_expires_at) -> `done`; a lease not renewed in time lets any
 instance claim the range again; a cancelled job's unfinished ranges become `cancelled`.
 
+Several database hosts (a libpq multi-host URL with target_session_attrs=read-write, e.g.
+postgresql://ocr@db-1:5432,db-2:5432/ocr?target_session_attrs=read-write): libpq keeps the first host that
+accepts writes, but checks that only when a connection is made. A primary demoted under live connections
+answers their writes with SQLSTATE 25006 (read_only_sql_transaction); a killed one drops them. On a 25006
+(and when the probe finds the server read-only), and on a connection found broken, every connection of the
+pool is dropped (AsyncConnectionPool.drain: they all lead to the server that is gone), and the new ones go
+to whichever host is writable now. Meanwhile the error is the unavailable path's: 503
+jobs_unavailable for a request, a retry for a worker.
+
 Lock order: a transaction that locks both a job's ranges and its job row takes the ranges' rows first
 (claim, finish_range, cancel, purge), so that two of them wait for each other in turn and never deadlock
 (PostgreSQL would abort one after deadlock_timeout: a cancel answered 503, a claim lost).
@@ -14,14 +23,16 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
+import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Sequence
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, TypeVar
 
 import psycopg
-from psycopg import sql
+from psycopg import errors, sql
 from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 from psycopg_pool import AsyncConnectionPool
@@ -53,6 +64,45 @@ FINISHED = ("done", "failed", "cancelled")
 _BY_IDEMPOTENCY_KEY = "SELECT id, fingerprint FROM ocr_jobs WHERE owner = %s AND idempotency_key = %s"
 
 
+def primary_lost(err: BaseException) -> bool:
+    """The server no longer takes writes (a demoted primary, a standby, default_transaction_read_only):
+    SQLSTATE 25006 alone. Any other error, of class 25 or not, says nothing of the server."""
+    return isinstance(err, errors.ReadOnlySqlTransaction)
+
+
+class _Pool(AsyncConnectionPool):
+    """The pool, dropping all its connections when one of them finds its server read-only or gone."""
+
+    @asynccontextmanager
+    async def connection(
+        self,
+        timeout: float | None = None,  # noqa: ASYNC109 (the base class's signature)
+    ) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
+        held: psycopg.AsyncConnection[Any] | None = None
+        try:
+            async with super().connection(timeout) as conn:
+                held = conn
+                yield conn
+        except psycopg.Error as err:
+            if primary_lost(err):
+                await self.primary_moved()
+            elif held is not None and held.broken:
+                # Its server went away (killed, restarted as a standby by Patroni): the pool's other
+                # connections to it are dead too, and each would fail a request before being discarded.
+                await self.drain()
+            raise
+
+    _moved_logged_at = -math.inf
+
+    async def primary_moved(self) -> None:
+        # Once a minute at most: a URL without target_session_attrs=read-write reconnects to the same
+        # read-only server, and the probe finds it so each job_poll_s (its own warning says when that ends).
+        if time.monotonic() - self._moved_logged_at > 60:
+            self._moved_logged_at = time.monotonic()
+            log.warning("job database read-only (a demoted primary?): reconnecting to the writable host")
+        await self.drain()  # idle connections closed now, those in use when given back
+
+
 @dataclass(frozen=True)
 class PageRow:
     page: int
@@ -69,8 +119,9 @@ class JobStore:
         self.timeout_s = timeout_s
         # Opened in the background: an instance starts (and serves /v1/ocr) while the database is down. A
         # connection is waited for at most timeout_s, and made within it (libpq counts less than 2 s as 2 s;
-        # this overrides a connect_timeout in the URL).
-        self.pool = AsyncConnectionPool(
+        # this overrides a connect_timeout in the URL). With several hosts psycopg tries them in turn, each
+        # within that time: a host that does not answer delays each new connection by it.
+        self.pool = _Pool(
             database_url,
             min_size=1,
             max_size=max_connections,
@@ -159,6 +210,10 @@ class JobStore:
 
     async def check_schema(self) -> int:
         async with self.pool.connection() as conn:
+            # A read-only server answers reads: found here, not at the next write (an idle instance).
+            row = await (await conn.execute("SHOW transaction_read_only")).fetchone()
+            if row is not None and row[0] == "on":
+                raise errors.ReadOnlySqlTransaction("the job database is read-only (a standby?)")
             row = await (await conn.execute(schema.HAS_VERSIONS_SQL)).fetchone()
             if row and row[0]:
                 row = await (await conn.execute(schema.VERSION_SQL)).fetchone()

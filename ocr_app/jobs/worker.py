@@ -16,9 +16,10 @@ import os
 import socket
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from contextlib import suppress
-from typing import Any
+from functools import partial
+from typing import Any, TypeVar
 
 import httpx
 import psycopg
@@ -33,9 +34,10 @@ from ..schemas import job_urls
 from . import webhooks
 from .deliveries import Delivery
 from .ranges import Claim
-from .store import JobStore
+from .store import JobStore, primary_lost
 
 log = logging.getLogger("ocr_app.jobs")
+T = TypeVar("T")
 
 # A job owner's webhook secret: (found, secret); not found: its API key was removed since
 # (ocr_app/http/state.py's AppState.webhook_secret).
@@ -178,11 +180,33 @@ class JobWorker:
                     await asyncio.sleep(self.settings.job_poll_s)
                     return
                 result, error = None, {"code": err.code, "message": err.message}
-            if await self.store.ranges.write_page(claim.job_id, page, result, error, self.id):
+            written_now = await self._retried(
+                partial(self.store.ranges.write_page, claim.job_id, page, result, error, self.id)
+            )
+            if written_now:
                 self.metrics.job_pages.labels("ok" if error is None else "failed").inc()
-        status = await self.store.ranges.finish_range(claim, self.id, self.settings.job_result_ttl_s)
+        status = await self._retried(
+            partial(self.store.ranges.finish_range, claim, self.id, self.settings.job_result_ttl_s)
+        )
         if status is not None:
             log.info("job finished", extra={"job_id": str(claim.job_id), "status": status})
+
+    async def _retried(self, write: Callable[[], Awaitable[T]]) -> T:
+        """A page's result (or a range's end) written, tried again each job_poll_s while the connection is
+        lost or the primary moved (25006: the pool has reconnected meanwhile), so that a failover never
+        makes a page be read twice. Both writes are idempotent (a page is written once; a range ended once).
+        Bounded by job_lease_s: past it the range may be another instance's, and the error goes up (the
+        range comes back to the queue when its lease expires)."""
+        give_up = time.monotonic() + self.settings.job_lease_s
+        while True:
+            try:
+                return await write()
+            except psycopg.Error as err:
+                lost = isinstance(err, psycopg.OperationalError) or primary_lost(err)
+                if not lost or time.monotonic() >= give_up:
+                    raise
+                log.warning("job worker: write failed, retrying: %s", err)
+                await asyncio.sleep(self.settings.job_poll_s)
 
     async def _wait_for_turn(self, give_up: float) -> bool:
         """Until a job page may start here; False when this instance stops working (drain, stop) or its
