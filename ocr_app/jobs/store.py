@@ -103,6 +103,7 @@ class _Pool(AsyncConnectionPool):
         await self.drain()  # idle connections closed now, those in use when given back
 
 
+# mutation: ReplaceTrueWithFalse here is equivalent because nothing assigns to a page row's fields.
 @dataclass(frozen=True)
 class PageRow:
     page: int
@@ -115,6 +116,8 @@ def _iso(t: datetime | None) -> str | None:
 
 
 class JobStore:
+    # mutation: NumberReplacer here is equivalent because the service passes both (ocr_app/jobs/service.py):
+    # the defaults are the tests' only.
     def __init__(self, database_url: str, max_connections: int = 8, timeout_s: float = 2.0):
         self.timeout_s = timeout_s
         # Opened in the background: an instance starts (and serves /v1/ocr) while the database is down. A
@@ -212,11 +215,17 @@ class JobStore:
         async with self.pool.connection() as conn:
             # A read-only server answers reads: found here, not at the next write (an idle instance).
             row = await (await conn.execute("SHOW transaction_read_only")).fetchone()
+            # mutation: NumberReplacer to `row[ -1]` equivalent because the row has one column.
             if row is not None and row[0] == "on":
                 raise errors.ReadOnlySqlTransaction("the job database is read-only (a standby?)")
             row = await (await conn.execute(schema.HAS_VERSIONS_SQL)).fetchone()
+            # mutation: NumberReplacer to `row[ -1]` equivalent because the row has one column.
             if row and row[0]:
                 row = await (await conn.execute(schema.VERSION_SQL)).fetchone()
+                # mutation: NumberReplacer to `row[ -1]` equivalent because the row has one column.
+                # mutation: NumberReplacer to `else 1` equivalent because an aggregate without GROUP BY
+                # always returns its one row: the else is never taken.
+                # mutation: NumberReplacer to `else -1` equivalent likewise.
                 version = int(row[0]) if row else 0
             else:
                 version = 0
@@ -263,6 +272,7 @@ class JobStore:
                     (owner,),
                 )
             ).fetchone()
+            # mutation: NumberReplacer to `row[ -1]` equivalent because the row has one column.
             if row is not None and row[0] >= max_in_flight:
                 raise TooManyJobs(max_in_flight)
             await conn.execute(
@@ -341,6 +351,7 @@ class JobStore:
             row = await (
                 await conn.execute("SELECT pages FROM ocr_jobs WHERE id = %s AND owner = %s", (job_id, owner))
             ).fetchone()
+        # mutation: NumberReplacer to `row[ -1]` equivalent because the row has one column.
         return row[0] if row else None
 
     async def job_state(self, job_id: uuid.UUID) -> str | None:
@@ -348,6 +359,7 @@ class JobStore:
             row = await (
                 await conn.execute("SELECT status FROM ocr_jobs WHERE id = %s", (job_id,))
             ).fetchone()
+        # mutation: NumberReplacer to `row[ -1]` equivalent because the row has one column.
         return row[0] if row else None
 
     async def finished_pages(self, job_id: uuid.UUID, after: int) -> list[PageRow]:
@@ -362,6 +374,8 @@ class JobStore:
             ).fetchall()
         return [PageRow(*r) for r in rows]
 
+    # mutation: NumberReplacer here is equivalent because the batch sets how many rows one round trip
+    # fetches, not which rows or in what order.
     async def stream_pages(self, job_id: uuid.UUID, batch: int = 32) -> AsyncIterator[PageRow]:
         """Every written page in page order, a batch at a time (a server-side cursor: memory stays flat)."""
         async with self.pool.connection() as conn, conn.transaction():
@@ -398,6 +412,7 @@ class JobStore:
                 ).fetchone()
                 if row is None:
                     return
+                # mutation: NumberReplacer to `row[ -1]` equivalent because the row has one column.
                 yield bytes(row[0])
 
     async def cancel(self, owner: str, job_id: uuid.UUID, ttl_s: float) -> bool:
@@ -418,6 +433,7 @@ class JobStore:
             ).fetchone()
             if row is None:
                 return False
+            # mutation: NumberReplacer to `row[ -1]` equivalent because the row has one column.
             if row[0] in FINISHED:
                 # Finished between the two statements (its last range was done: none was cancelled above).
                 return True

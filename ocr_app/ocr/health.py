@@ -69,10 +69,14 @@ class HealthMonitor:
         self.metrics = metrics
         self.decode_pool = decode_pool
         self.engine = engine
+        # mutation: NumberReplacer here is equivalent because _lag_seen_s is read only once _lag_seen_at is
+        # set, and _watch_lag sets both at once.
         self._lag_seen_s = 0.0  # the last lag over the bound, and when (monotonic) it was seen
         self._lag_seen_at: float | None = None
         self._probe_started: float | None = None  # the outstanding decode probe's start
         # The probe's future's done(): read without waiting on the loop's callbacks.
+        # mutation: ReplaceTrueWithFalse here is equivalent because problems() calls it only while
+        # _probe_started is set, and _probe_decode sets both at once.
         self._probe_done: Callable[[], bool] = lambda: True
         self._decode_error: str | None = None
         self.engine_requests = 0  # requests inside engine.recognize
