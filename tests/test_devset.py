@@ -9,7 +9,11 @@ from PIL import Image, ImageDraw
 
 from bench.devset import bag_of_words_error, degrade, flat, manifest, page_text, ruled_tables, table_score
 
-KINDS = {"multi-column", "single", "rotated", "table-ruled", "table-unruled", "form", "receipt", "invoice"}
+KINDS = {
+    "multi-column", "three-column", "newsletter", "single", "rotated", "table-ruled", "table-unruled", "form",
+    "receipt", "invoice",
+}  # fmt: skip
+ORDERED = {"multi-column", "three-column", "newsletter"}  # pages with columns: their truth in reading order
 
 
 def test_manifest_pins_every_source_and_describes_every_page() -> None:
@@ -29,7 +33,8 @@ def test_manifest_pins_every_source_and_describes_every_page() -> None:
         for box in p.get("order", []):  # regions in points on a page no larger than A3
             assert len(box) == 4 and 0 <= box[0] < box[2] <= 842 and 0 <= box[1] < box[3] <= 1191, p["name"]
     assert sum(p["kind"] == "multi-column" for p in m["pages"]) >= 3
-    assert all("order" in p for p in m["pages"] if p["kind"] == "multi-column")
+    assert all("order" in p for p in m["pages"] if p["kind"] in ORDERED)
+    assert {p["kind"] for p in m["pages"]} >= {"three-column", "newsletter", "invoice"}
 
 
 def test_a_page_s_truth_follows_the_reader_s_order(tmp_path) -> None:

@@ -226,6 +226,20 @@ def test_the_running_head_gap(gap, heads_first):
     assert ordered(heads + left + right) == expected
 
 
+@pytest.mark.parametrize(("gap", "parted"), [(60, True), (59, False)], ids=["3h", "under-3h"])
+def test_the_section_gap(gap, parted):
+    # An invoice's shape: two prose columns (4 lines of 400 each side: columns over the whole block, whose
+    # rows are prose by their median) over an item table (3 rows of two 100-wide cells lined up with the
+    # columns), SECTION_GAP (3 h = 60) under them: parted first, the columns read one after the other, then
+    # the table by rows (its own rows pair up and are short: a table). 59 under them: one block, cut at the
+    # gutter, each cell read with the column it lies under.
+    left, right = column(50, 100, [400] * 4), column(480, 100, [400] * 4)
+    top = 100 + 3 * 30 + H + gap  # the columns' last line ends at 210
+    cells, prices = column(50, top, [100] * 3), column(480, top, [100] * 3)
+    got = ordered(left + right + cells + prices)
+    assert got == (left + right + by_rows_pairs(cells, prices) if parted else left + cells + right + prices)
+
+
 def test_a_running_head_of_pieces_of_different_heights():
     # The head row: a page number (780-880, 20-30), a logo (50-250, 20-60) and a title (300-440, 35-55),
     # their middles all within the logo's height: one row, 20 (1 h) over two columns: read first, by x.

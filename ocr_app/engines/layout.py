@@ -51,6 +51,11 @@ MAX_DEPTH = 64  # cuts within cuts
 # first, as rows; cut with the columns, its pieces would be read with the column each lies over. Between a
 # column's lines there is a fraction of h; the blank under a running head is a line or more.
 HEAD_GAP = 1.0
+# A section break: a blank at least SECTION_GAP h high across a block that has a gutter parts it before the
+# gutter is cut, each part read in turn, top to bottom (an invoice's addresses over its item table, whose
+# cells line up with the gutter between them; a story over the next). Between a column's lines there is a
+# fraction of h, under a heading or between paragraphs a line or two: a blank of three lines is no column's.
+SECTION_GAP = 3.0
 
 
 def reading_order(boxes: list[Box]) -> list[int]:
@@ -62,15 +67,16 @@ def reading_groups(boxes: list[Box]) -> list[list[int]]:
     """Indices of boxes (x0, y0, x1, y1) in reading order, by layout: a recursive XY-cut over the line boxes,
     as the groups it ends in (a column's run of lines, a band of rows), each group's lines as rows.
 
-    A block of lines is cut vertically at a gutter: a blank strip at least GUTTER_MIN wide running the
-    block's full height, with a column (COLUMN_MIN_WIDTH wide, COLUMN_MIN_LINES lines) on each side, and
-    not between the cells of a table (see table()). The widest such gutter is cut first; the columns are read
-    left to right, each recursively. A block without one is cut horizontally into bands (text separated by
-    blank space across the block), read top to bottom; consecutive bands that keep a gutter between them
-    (a column run; its lines need not be aligned across the gutter) are read as one block, recursively, so
-    a full-width title, heading or footer, which crosses the gutter, ends the run and stays where it
-    stands. What is left is read as rows (row_order), as before: a single-column page, a receipt's item
-    and price, a table's cells come out row by row, left to right, exactly as a plain row sort gives them.
+    A block of lines is cut vertically at a gutter: a blank strip at least GUTTER_MIN wide running the block's
+    full height, with a column (COLUMN_MIN_WIDTH wide, COLUMN_MIN_LINES lines) on each side, and not between
+    the cells of a table (see table()); unless a blank SECTION_GAP h high crosses the block: then it is parted
+    there first, each part read in turn. The widest such gutter is cut first; the columns are read left to
+    right, each recursively. A block without one is cut horizontally into bands (text separated by blank space
+    across the block), read top to bottom; consecutive bands that keep a gutter between them (a column run;
+    its lines need not be aligned across the gutter) are read as one block, recursively, so a full-width
+    title, heading or footer, which crosses the gutter, ends the run and stays where it stands. What is left
+    is read as rows (row_order), as before: a single-column page, a receipt's item and price, a table's cells
+    come out row by row, left to right, exactly as a plain row sort gives them.
 
     Each level sorts its boxes by x and by y (numpy): O(n log n) a level, a few levels deep; 2000 lines
     take 3-7 ms (one column ~3, three ~5, a title over two ~7; the row sort alone: 1-2 ms).
@@ -242,6 +248,14 @@ def reading_groups(boxes: list[Box]) -> list[list[int]]:
             return []
         return head
 
+    def sections(block: list[int]) -> list[list[int]]:
+        """The block parted at each blank across it at least SECTION_GAP h high, top to bottom."""
+        ids = np.asarray(block)
+        ids = ids[np.argsort(y0s[ids], kind="stable")]
+        bottom = np.maximum.accumulate(y1s[ids])
+        cuts = np.flatnonzero(y0s[ids][1:] - bottom[:-1] >= SECTION_GAP * h) + 1
+        return [part.tolist() for part in np.split(ids, cuts)]
+
     def rows_of(block: list[int]) -> list[list[int]]:
         return [row_order(boxes, block)] if block else []
 
@@ -254,6 +268,9 @@ def reading_groups(boxes: list[Box]) -> list[list[int]]:
             return rows_of(block)
         cut = column_cut(block)
         if cut is not None:
+            parts = sections(block)
+            if len(parts) > 1:
+                return [group for part in parts for group in order(part, depth + 1)]
             head = running_head(block)
             if head:
                 taken = set(head)
