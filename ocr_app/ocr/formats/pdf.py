@@ -35,7 +35,6 @@ from typing import Any
 
 import img2pdf
 import pikepdf
-from fpdf.errors import FPDFException
 from PIL import Image, ImageOps, UnidentifiedImageError
 
 from ...documents.upload import (
@@ -83,7 +82,15 @@ _SAVE_OPTIONS: dict[str, Any] = {
     "object_stream_mode": pikepdf.ObjectStreamMode.generate,
     "deterministic_id": True,
 }
-_REFUSED = (pikepdf.PdfError, img2pdf.ImageOpenError, FPDFException, OSError, ValueError, IndexError)
+
+
+def _refused() -> tuple[type[Exception], ...]:
+    """What makes a document one we cannot make a PDF of, for the except clauses below (Python evaluates
+    them only when something was raised): fpdf, the text layer's renderer, is imported with the renderer
+    (below) and here, never at the service's start, where it cost every process ~1.5 s of imports."""
+    from fpdf.errors import FPDFException
+
+    return (pikepdf.PdfError, img2pdf.ImageOpenError, FPDFException, OSError, ValueError, IndexError)
 
 
 def render(response: OcrResponse, source: Source | None) -> bytes:
@@ -97,7 +104,7 @@ def render(response: OcrResponse, source: Source | None) -> bytes:
             out = io.BytesIO()
             pdf.save(out, **_SAVE_OPTIONS)
             return out.getvalue()
-    except _REFUSED as err:
+    except _refused() as err:
         raise InvalidDocument(f"cannot make a PDF of this document: {err}") from None
 
 
@@ -119,7 +126,7 @@ class FileDocument:
             with path.open("rb") as f:
                 media_type = classify(f.read(1024), media_type)
             self.pdf = _base_pdf(path, media_type, numbers)
-        except _REFUSED as err:
+        except _refused() as err:
             raise InvalidDocument(f"cannot make a PDF of this document: {err}") from None
         self.index = {n: i for i, n in enumerate(numbers)}
 
@@ -127,13 +134,13 @@ class FileDocument:
         """The layers of these pages (each a page of the job, read), on their pages."""
         try:
             _layer(self.pdf, [(self.index[p.page], p) for p in pages])
-        except _REFUSED as err:
+        except _refused() as err:
             raise InvalidDocument(f"cannot make a PDF of this document: {err}") from None
 
     def save(self, path: Path) -> None:
         try:
             self.pdf.save(path, **_SAVE_OPTIONS)
-        except _REFUSED as err:
+        except _refused() as err:
             raise InvalidDocument(f"cannot make a PDF of this document: {err}") from None
 
     def close(self) -> None:
