@@ -531,7 +531,7 @@ def test_a_job_page_slower_than_a_request_deadline_is_still_read(tmp_path_factor
         "jobs_deadline",
         engine="rapidocr",
         request_timeout_s=1,
-        job_page_timeout_s=4,
+        job_page_timeout_s=6,
     )
     control = tmp_path_factory.mktemp("stall-deadline")
     wedge = control / "wedge"
@@ -556,7 +556,7 @@ def test_a_job_page_slower_than_a_request_deadline_is_still_read(tmp_path_factor
             assert failed["status"] == "failed" and failed["pages"] == {"total": 1, "done": 0, "failed": 1}
             assert failed["errors"][0]["error"] == {
                 "code": "timeout",
-                "message": "the page was not read within 4 s (job_page_timeout_s)",
+                "message": "the page was not read within 6 s (job_page_timeout_s)",
             }
     finally:
         wedge.unlink(missing_ok=True)
