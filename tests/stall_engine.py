@@ -1,7 +1,8 @@
 """`ocr-app` with an engine that a test can wedge or make block the event loop; for tests only.
 
 Run as `python tests/stall_engine.py <ocr-app arguments>` with `engine: rapidocr` in the config and env
-STALL_CONTROL naming a directory. On each request, recognize() looks there:
+STALL_CONTROL naming a directory. At start-up, load() waits while `hold_load` exists there (the instance
+stays `loading`). On each request, recognize() looks there:
 
 - `block_loop` (a number of seconds): sleeps that long *synchronously*, on the event loop, then goes on;
   the file is removed first, so it happens once;
@@ -59,7 +60,8 @@ class StallEngine(Engine):
         self.control = Path(os.environ["STALL_CONTROL"])
 
     async def load(self) -> None:
-        pass
+        while (self.control / "hold_load").exists():  # noqa: ASYNC110 - a test removes it
+            await asyncio.sleep(0.05)
 
     async def recognize(self, pages, max_tokens=None, background=False, stream=None):
         block = self.control / "block_loop"

@@ -519,34 +519,45 @@ def test_a_page_that_cannot_be_read_is_a_page_error(jobs_srv):
 
 def test_a_job_page_slower_than_a_request_deadline_is_still_read(tmp_path_factory, postgres):
     """Interactive work comes first, so a job page may take longer than request_timeout_s (a /v1/ocr
-    request's deadline): it is still read. Past job_page_timeout_s it is a page error `timeout`."""
+    request's deadline): it is still read. Past job_page_timeout_s it is a page error `timeout`.
+
+    The job's page is held in the engine (`wedge`) from before a /v1/ocr request starts until that request
+    has had its 504: the page has then been in flight longer than a request's deadline, for certain, and is
+    released within its own (job_page_timeout_s, with room for a loaded machine)."""
     srv = make_server(
         StallServer,
         tmp_path_factory,
         postgres,
         "jobs_deadline",
         engine="rapidocr",
-        request_timeout_s=2,
-        job_page_timeout_s=5,
+        request_timeout_s=1,
+        job_page_timeout_s=6,
     )
     control = tmp_path_factory.mktemp("stall-deadline")
+    wedge = control / "wedge"
     srv.start(env={"STALL_CONTROL": str(control)})
     try:
-        # A page takes 3 s: past the request deadline, within the job page's.
-        (control / "trickle").write_text("3")
-        assert_error(srv.ocr(doc(1, "sync"), PDF_TYPE), 504, "timeout")
+        wedge.touch()
         with srv.client() as c:
             job_id = submit_ok(c, doc(1, "slow")).json()["job_id"]
+            deadline = time.monotonic() + 30
+            while srv.metrics()["ocr_job_pages_inflight"] != 1:  # its clock (job_page_timeout_s) runs
+                assert time.monotonic() < deadline, "the job's page never started"
+                time.sleep(0.05)
+            assert_error(srv.ocr(doc(1, "sync"), PDF_TYPE), 504, "timeout")
+            held = c.get(f"/v1/jobs/{job_id}").json()
+            assert held["status"] == "running" and held["pages"] == {"total": 1, "done": 0, "failed": 0}, held
+            wedge.unlink()
             done = wait_status(c, job_id, lambda s: s["status"] == "done")
             assert done["pages"] == {"total": 1, "done": 1, "failed": 0}, done
-            (control / "trickle").write_text("8")  # past job_page_timeout_s
+            wedge.touch()  # held past job_page_timeout_s
             job_id = submit_ok(c, doc(1, "late")).json()["job_id"]
             failed = wait_status(c, job_id, lambda s: s["status"] not in ("queued", "running"))
             assert failed["status"] == "failed" and failed["pages"] == {"total": 1, "done": 0, "failed": 1}
             assert failed["errors"][0]["error"] == {
                 "code": "timeout",
-                "message": "the page was not read within 5 s (job_page_timeout_s)",
+                "message": "the page was not read within 6 s (job_page_timeout_s)",
             }
     finally:
-        (control / "trickle").unlink(missing_ok=True)
+        wedge.unlink(missing_ok=True)
         assert srv.stop() == 0, srv.logs()[-2000:]

@@ -26,11 +26,6 @@ def dense_page(lines: int = 30):
 
 
 @pytest.fixture(scope="module")
-def heavy() -> bytes:
-    return encode(dense_page(), "PNG")
-
-
-@pytest.fixture(scope="module")
 def small() -> bytes:
     return encode(render(["Short note 77"]).image, "PNG")
 
@@ -218,24 +213,41 @@ class NotifyListener:
         self.sock.close()
 
 
-def test_startup_notify_watchdog_and_sigterm_with_work_in_flight(tmp_path, heavy, small):
+def test_startup_notify_watchdog_and_sigterm_with_work_in_flight(tmp_path, small):
+    """With the test engine (tests/stall_engine.py): its load is held (`hold_load`) until the loading state
+    has been checked, and the request in flight at SIGTERM is held in the engine (`wedge`) until the server
+    is seen waiting for it, so both orders are certain rather than left to real OCR's speed."""
     notify = NotifyListener(tmp_path / "notify.sock")
-    srv = Server(tmp_path / "srv")
-    srv.start(wait_ready=False, env={"NOTIFY_SOCKET": notify.path, "WATCHDOG_USEC": "1000000"})
+    srv = StallServer(tmp_path / "srv", engine="rapidocr")
+    control = tmp_path / "control"
+    control.mkdir()
+    (control / "hold_load").touch()
+    srv.start(
+        wait_ready=False,
+        env={"NOTIFY_SOCKET": notify.path, "WATCHDOG_USEC": "1000000", "STALL_CONTROL": str(control)},
+    )
     try:
         first = srv.wait_until(lambda h: True)
         assert first["status"] == "loading" and first["model_loaded"] is False
         r = srv.ocr(small, "image/png")
         assert r.status_code == 503 and r.json()["error"]["code"] == "not_ready"
+        assert "READY=1" not in notify.messages
+        (control / "hold_load").unlink()
 
         notify.wait_for("READY=1")
         assert srv.health().json()["status"] == "ready"
         notify.wait_for("WATCHDOG=1")
 
+        (control / "wedge").touch()
         with ThreadPoolExecutor(1) as pool:
-            inflight = pool.submit(srv.ocr, heavy, "image/png")
+            inflight = pool.submit(srv.ocr, small, "image/png")
             srv.wait_until(lambda h: h["inflight"] == 1)
             srv.proc.send_signal(signal.SIGTERM)
+            # The server waits for the held request (uvicorn says so once it has stopped listening): a server
+            # that did not would go on to exit, cutting it off, and never say it.
+            waiting = srv.log_records(lambda r: r["message"].startswith("Waiting for connections to close"))
+            assert waiting and srv.proc.poll() is None and not inflight.done(), srv.logs()[-2000:]
+            (control / "wedge").unlink()
             assert inflight.result().status_code == 200  # finished, not cut off
         assert srv.proc.wait(60) == 0
         notify.wait_for("STOPPING=1")
