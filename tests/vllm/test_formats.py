@@ -1,18 +1,21 @@
 """Every result format on the vllm engine (#42), read back by readers no one here wrote: lxml for hOCR
 and ALTO, poppler's pdftotext and qpdf for the searchable PDF. The tiny checkpoint reads a page drawn by
 tiny_model.page(v) as VARIANTS[v].markdown and grounds each line on the page, so every format's text and
-boxes can be checked against what was drawn: a two-page PDF, pages swapped (variants 2 then 0)."""
+boxes can be checked against what was drawn: a two-page PDF, pages swapped (variants 2 then 0). And a
+table: tiny_model.table_page() reads as TABLE_MARKDOWN, an HTML table with spans, which the JSON gives as
+rows and cells (#41), checked against its grid written by hand and the markup read by lxml.html."""
 
 from __future__ import annotations
 
 import shutil
 import subprocess
 
+import lxml.html
 import pytest
 from lxml import etree
 
-from ..docs import pdf
-from .tiny_model import VARIANTS, page
+from ..docs import encode, pdf
+from .tiny_model import TABLE_CELLS, TABLE_COLUMNS, TABLE_MARKDOWN, TABLE_ROWS, VARIANTS, page, table_page
 
 pytestmark = pytest.mark.timeout(1200)  # the session's server may be started by this module
 
@@ -112,3 +115,68 @@ def test_the_searchable_pdf_gives_the_pages_text(answers, document, tmp_path):
     pages = subprocess.run(["qpdf", "--show-npages", str(out)], capture_output=True, text=True, check=True)
     assert int(pages.stdout) == len(ORDER)
     assert len(answers["pdf"].content) <= 1.1 * len(document) + 64 * 1024
+
+
+def html_cells(markup: str) -> list[tuple[str, int, int]]:
+    """(text, rowspan, colspan) of each cell of the one table in `markup`, as lxml.html reads it."""
+    [table] = lxml.html.fromstring(markup).xpath("//table")
+    return [
+        (" ".join(c.text_content().split()), int(c.get("rowspan", 1)), int(c.get("colspan", 1)))
+        for c in table.iter("td", "th")
+    ]
+
+
+def inside(box, frame, slack: float = 0.0) -> bool:
+    return (
+        frame[0] - slack <= box[0] < box[2] <= frame[2] + slack
+        and frame[1] - slack <= box[1] < box[3] <= frame[3] + slack
+    )
+
+
+@pytest.fixture(scope="module")
+def table() -> tuple:
+    drawn = table_page()
+    return drawn, encode(drawn.image, "PNG")
+
+
+def test_an_html_table_with_spans_comes_back_as_rows_and_cells(server, table):
+    drawn, png = table
+    # The grid written by hand is the markup's: lxml.html reads the same cells, texts and spans.
+    assert html_cells(TABLE_MARKDOWN) == [(c.text, c.row_span, c.column_span) for c in TABLE_CELLS]
+    r = server.ocr(png, "image/png", params={"max_tokens": 256})  # the answer is ~120 tokens
+    assert r.status_code == 200, r.text
+    [p] = r.json()["pages"]
+    assert p["text"] == TABLE_MARKDOWN and p["warnings"] == []
+    written = [line for line in TABLE_MARKDOWN.split("\n") if line]
+    assert [line["text"] for line in p["lines"]] == written
+    title, block = p["blocks"]
+    assert (title["type"], title["lines"]) == ("title", [0])
+    assert (block["type"], block["lines"]) == ("table", list(range(1, len(written))))
+    assert (block["rows"], block["columns"]) == (TABLE_ROWS, TABLE_COLUMNS)
+    w, h = drawn.image.size
+    got = block["cells"]
+    assert [(c["row"], c["column"], c["row_span"], c["column_span"], c["text"]) for c in got] == [
+        (c.row, c.column, c.row_span, c.column_span, c.text) for c in TABLE_CELLS
+    ]
+    for cell, want, text_box, frame in zip(got, TABLE_CELLS, drawn.cell_boxes, drawn.cell_rules, strict=True):
+        # its line: the one line of the markup that holds it
+        assert cell["lines"] == [k for k, line in enumerate(written) if f">{want.text}</" in line], cell
+        # its box: the detector's box of its text (which pads short words), within its ruled frame on the page
+        assert cell["bbox"] is not None, cell
+        box = (cell["bbox"][0] * w, cell["bbox"][1] * h, cell["bbox"][2] * w, cell["bbox"][3] * h)
+        assert inside(box, frame, slack=2) and inside(box, (0, 0, w, h)), (cell, frame)
+        assert inside(text_box, box, slack=2), (cell, text_box)
+        assert inside(cell["bbox"], block["bbox"]), (cell, block["bbox"])
+    title_box = [b * (w, h)[i % 2] for i, b in enumerate(p["lines"][0]["bbox"])]
+    assert inside(drawn.title_box, title_box, slack=2) and title_box[3] < drawn.cell_rules[0][1], title_box
+
+
+def test_an_html_tables_text_and_markdown_are_the_models_markup(server, table):
+    # On this engine text and markdown are the model's answer as written: the table stays HTML, spans and all
+    # (hOCR and ALTO hold the page's lines, markup as written, and no cells).
+    _, png = table
+    for fmt in ("text", "markdown"):
+        r = server.ocr(png, "image/png", params={"format": fmt, "max_tokens": 256})
+        assert r.status_code == 200, (fmt, r.text[:500])
+        assert r.text.rstrip("\n") == TABLE_MARKDOWN, fmt
+        assert html_cells(r.text) == [(c.text, c.row_span, c.column_span) for c in TABLE_CELLS], fmt

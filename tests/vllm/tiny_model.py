@@ -7,13 +7,18 @@ offline) with Qwen's special tokens, and a chat template of the model's kind: a 
 user turn holding only `<|image_pad|>`, then the assistant's turn. Weights are those transformers'
 `LightOnOcrForConditionalGeneration` saves (`model.vision_encoder.*`, ...), which vLLM remaps.
 
-The weights start random (hidden 64, 2 layers) and are then fitted for a few hundred steps so that
+The weights start random (hidden 64, 2 layers) and are then fitted for 800 steps so that
 the model reads a page drawn by `page(v)` as VARIANTS[v].markdown, and stops. Each variant has its own
 lines and background colour: the frozen random vision encoder tells the colours apart at any size, so
 the answer depends on the page (pages swapped inside a document, or answers crossed between requests,
 show), and a blank white page reads as variant 0. That makes the output checkable: the
 engine's text, lines, confidences and grounding can be asserted, and a `max_tokens` below its length
 produces the `length` finish that loop detection must catch.
+
+It also reads one table page, drawn by `table_page()` on its own colour, as TABLE_MARKDOWN: a heading
+and an HTML table with a rowspan and a colspan, a cell a line, as LightOnOCR writes tables (its answer
+is longer than the server's default max_tokens: ask for more). The table page is not one of VARIANTS:
+every variant's page is lines of text, each line grounded on its own drawn box.
 """
 
 from __future__ import annotations
@@ -42,6 +47,93 @@ VARIANTS = (
     ),
     Variant(("Fabrikam Fabrics", "Invoice 2023-0311", "Ship to: 15 Quay Street, Bristol"), (255, 225, 160)),
 )
+
+
+@dataclass(frozen=True)
+class TableCell:
+    """A cell of TABLE_MARKDOWN's table as placed on its grid, by hand."""
+
+    text: str
+    row: int
+    column: int
+    row_span: int = 1
+    column_span: int = 1
+
+
+TABLE_TITLE = "Packing list"
+TABLE_BACKGROUND = (200, 240, 200)
+# Written out, a cell a line (the engine boxes a cell whose line holds it alone).
+TABLE_MARKDOWN = f"""# {TABLE_TITLE}
+
+<table>
+<tr>
+<th rowspan="2">Item</th>
+<th colspan="2">Quantity</th>
+<th rowspan="2">Price</th>
+</tr>
+<tr>
+<th>Ordered</th>
+<th>Shipped</th>
+</tr>
+<tr>
+<td>Anchor chain</td>
+<td>120</td>
+<td>96</td>
+<td>48.00</td>
+</tr>
+</table>"""
+# Its grid, by hand: the spans move `Price` to column 3 and `Ordered` to column 1.
+TABLE_ROWS, TABLE_COLUMNS = 3, 4
+TABLE_CELLS = (
+    TableCell("Item", 0, 0, row_span=2),
+    TableCell("Quantity", 0, 1, column_span=2),
+    TableCell("Price", 0, 3, row_span=2),
+    TableCell("Ordered", 1, 1),
+    TableCell("Shipped", 1, 2),
+    TableCell("Anchor chain", 2, 0),
+    TableCell("120", 2, 1),
+    TableCell("96", 2, 2),
+    TableCell("48.00", 2, 3),
+)
+
+
+@dataclass
+class TablePage:
+    image: object  # PIL.Image.Image
+    title_box: tuple[float, float, float, float]
+    cell_boxes: list[tuple[float, float, float, float]]  # pixel boxes of each cell's drawn text
+    cell_rules: list[tuple[int, int, int, int]]  # pixel boxes of each cell's ruled frame
+
+
+def table_page(size: int = 40, width: int = 1400, margin: int = 60) -> TablePage:
+    """The table page: TABLE_TITLE above TABLE_CELLS drawn ruled on their grid, each text centred in its
+    cell, tinted TABLE_BACKGROUND."""
+    from PIL import Image, ImageChops, ImageDraw
+
+    from tests.docs import font_for
+
+    font = font_for("en", size)
+    shares = (0.34, 0.22, 0.22, 0.22)  # of the table's width, per column
+    inner = width - 2 * margin
+    xs = [margin + round(inner * sum(shares[:c])) for c in range(TABLE_COLUMNS + 1)]
+    row_h = int(size * 2.2)
+    top = margin + int(size * 2.2)
+    ys = [top + r * row_h for r in range(TABLE_ROWS + 1)]
+    image = Image.new("RGB", (width, ys[-1] + margin), "white")
+    draw = ImageDraw.Draw(image)
+    draw.text((margin, margin), TABLE_TITLE, fill="black", font=font)
+    title_box = draw.textbbox((margin, margin), TABLE_TITLE, font=font)
+    boxes, rules = [], []
+    for c in TABLE_CELLS:
+        x0, x1 = xs[c.column], xs[c.column + c.column_span]
+        y0, y1 = ys[c.row], ys[c.row + c.row_span]
+        draw.rectangle((x0, y0, x1, y1), outline=(90, 90, 90), width=2)
+        rules.append((x0, y0, x1, y1))
+        at = ((x0 + x1) / 2, (y0 + y1) / 2)
+        draw.text(at, c.text, fill="black", font=font, anchor="mm")
+        boxes.append(draw.textbbox(at, c.text, font=font, anchor="mm"))
+    image = ImageChops.multiply(image, Image.new("RGB", image.size, TABLE_BACKGROUND))
+    return TablePage(image, title_box, boxes, rules)
 
 
 def page(variant: int, **render_args):
@@ -89,6 +181,7 @@ CHAT_TEMPLATE = (
 CORPUS = [
     *(line for v in VARIANTS for line in v.lines),
     *(v.markdown for v in VARIANTS),
+    TABLE_MARKDOWN,
     "Subtotal 1,250.00 GBP and VAT 250.00 GBP",
     "Payment due within thirty days of receipt",
     "<table><tr><td>Item</td><td>Qty</td></tr></table>",
@@ -123,8 +216,12 @@ def _tokenizer(out: Path):
     return fast
 
 
+TABLE_SIZES = [(40, 1400), (32, 1140)]
+
+
 def _training_pages():
-    """(image, variant) pairs: each variant's page at the tests' size and the benchmark's, and blank.
+    """(image, target) pairs: each variant's page at the tests' size and the benchmark's, and blank (the
+    target: the variant's index), and the table page (target len(VARIANTS)).
 
     From ~220 image tokens to ~720 (a 1540-px-wide strip); a blank page of each colour keeps the
     answer on the colour, not on the text. Fewer sizes fit too, but then small pages lose lines.
@@ -137,10 +234,17 @@ def _training_pages():
         pages += [(page(v, size=size, width=width).image, v) for v in range(len(VARIANTS))]
     for w, h in [(700, 300), (392, 532)]:
         pages += [(Image.new("RGB", (w, h), v.background), i) for i, v in enumerate(VARIANTS)]
-    return pages
+    # The table's answer is ~7x a variant's: its page comes after every 4th of the others, to fit in time.
+    tables = [(table_page(size=size, width=width).image, len(VARIANTS)) for size, width in TABLE_SIZES]
+    mixed = []
+    for k, sample in enumerate(pages):
+        mixed.append(sample)
+        if k % 4 == 3:
+            mixed.append(tables[(k // 4) % len(tables)])
+    return mixed
 
 
-def build(out: Path, steps: int = 300, seed: int = 0) -> Path:
+def build(out: Path, steps: int = 800, seed: int = 0) -> Path:
     """Write the checkpoint into `out` (created) and return it."""
     import torch
 
@@ -254,7 +358,8 @@ def _fit(model, tokenizer, processor, image_token_id: int, steps: int, torch) ->
     before, after = prompt_text.split("<|image_pad|>")
     head = tokenizer.encode(before, add_special_tokens=False)
     tail = tokenizer.encode(after, add_special_tokens=False)
-    targets = [tokenizer.encode(v.markdown + "<|im_end|>", add_special_tokens=False) for v in VARIANTS]
+    answers = [*(v.markdown for v in VARIANTS), TABLE_MARKDOWN]
+    targets = [tokenizer.encode(a + "<|im_end|>", add_special_tokens=False) for a in answers]
     vision = (model.model.vision_encoder, model.model.vision_projection)
     for part in vision:
         part.requires_grad_(False)
