@@ -378,3 +378,19 @@ def test_columns_the_detector_joins_are_read_column_by_column(engine, monkeypatc
     print(f"justified columns {GUTTER} px apart: CER {after:.3f}, {before:.3f} without the gutter fitting")
     assert before > 0.3
     assert after < 0.03
+
+
+@pytest.mark.parametrize(("left_end", "split"), [(434, True), (435, False)], ids=["edge", "past"])
+def test_the_middle_taken_in_from_a_wide_runs_end(left_end, split):
+    # EDGE: row 3's short line (60-200) joined to the right column's (from 448): its run's far middle is
+    # taken 0.1 h + 0.15 h (9) in from 448, at 439, its core the columns 434 to 443. The rows around end
+    # their left text at `left_end`: ink to 433 leaves that core blank (split: 52-203.6, 444.4-816); to 434
+    # crosses it, and the run's other middles (209, 324) lie in the left column's text.
+    page = blank_page()
+    quads = []
+    for r in range(8):
+        text(page, 60, 200 if r == 3 else left_end, r)
+        text(page, *RIGHT, r)
+        quads.append(box(60, 808, r))
+    got = gutter_pieces(np.asarray(quads), page)
+    assert got[3] == ([pytest.approx((52, 203.6)), pytest.approx((444.4, 816))] if split else as_is(quads)[3])
