@@ -137,6 +137,15 @@ MODULES: dict[str, Module] = {
             *(f"--deselect=tests/test_{name}" for name in LAYOUT_ENGINE_TESTS),
         ),
     ),
+    # Line boxes fitted to the page's gutters: the limits on synthetic pages (seconds), not the page read
+    # through the engine (two engine runs).
+    "gutters": Module(
+        ("ocr_app/engines/gutters.py",),
+        (
+            "tests/test_gutter.py",
+            "--deselect=tests/test_gutter.py::test_columns_the_detector_joins_are_read_column_by_column",
+        ),
+    ),
 }
 
 # Of the binary and comparison operators' replacements, those that make a plausible bug: the operation's

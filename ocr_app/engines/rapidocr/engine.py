@@ -5,7 +5,8 @@ rapidocr wheel.
 Lines come in reading order and grouped into blocks by ocr_app.engines.layout: a recursive XY-cut over the
 detected line boxes, geometry alone (no layout model: a few ms a page, where a detection model would cost
 about as much as the page's own text detection). A page turned sideways or upside down is read upright
-(orientation.py).
+(orientation.py). Before recognition, a detected box that runs across a narrow gutter between columns is
+split there (gutters.py).
 
 A fixed pool of engine instances, each used by one worker thread at a time, bounds CPU and memory
 whatever the request concurrency. ONNX Runtime releases the GIL, so the event loop stays free. Bulk-job
@@ -221,7 +222,7 @@ class RapidOcrEngine(Engine):
         size = image.size if isinstance(image, Image.Image) else (image.shape[1], image.shape[0])
         inst = idle.get()
         try:
-            out, rotation = oriented(inst, image) if self.orientation else (inst(image), 0)
+            out, rotation = oriented(inst, image, turn=self.orientation)
         finally:
             idle.put(inst)
             self._page_done()

@@ -12,6 +12,10 @@ ran anyway and its crops are recognised as they are); a turned page is rotated a
 page the classifier would turn over is turned only if the recogniser reads the sampled lines more surely
 turned over than as they are (page_rotation): on a real table page the classifier called tightly set lines
 upside down.
+
+Between detection and recognition, the upright page's line boxes are fitted to its gutters (gutters.py): a
+box the detector ran across a narrow gutter between two columns is split there, so that the recogniser
+reads each column's line and the layout can order the columns.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from ..gutters import fitted_quads, gutter_pieces
 from ..layout import Box
 
 ROTATIONS = (0, 90, 180, 270)
@@ -31,8 +36,10 @@ ORIENT_SAMPLE = 6  # one classifier batch
 FLIP_SHARE = 0.7
 
 
-def oriented(inst: Any, image: Any) -> tuple[Any, int]:
-    """The RapidOCR output for the page turned upright, and the rotation applied (degrees clockwise)."""
+def oriented(inst: Any, image: Any, turn: bool = True) -> tuple[Any, int]:
+    """The RapidOCR output for the page turned upright (with `turn`; else read as sent), its line boxes
+    fitted to the page's gutters before recognition (gutters.py), and the rotation applied (degrees
+    clockwise)."""
     import cv2
     from rapidocr.ch_ppocr_cls import TextClsOutput
     from rapidocr.main import RapidOCRError
@@ -44,13 +51,18 @@ def oriented(inst: Any, image: Any) -> tuple[Any, int]:
         crops, det_res = inst.detect_and_crop(img, op_record)
     except RapidOCRError:  # nothing detected: a blank page
         return RapidOCROutput(), 0
-    rotation = page_rotation(
-        np.asarray(det_res.boxes, dtype=np.float64), crops, inst._load_cls_model(), inst.recognize_txt
-    )
-    if rotation:
-        # cv2's codes turn clockwise (90), 180, counterclockwise (270 clockwise).
-        code = {90: cv2.ROTATE_90_CLOCKWISE, 180: cv2.ROTATE_180, 270: cv2.ROTATE_90_COUNTERCLOCKWISE}
-        return inst(cv2.rotate(ori, code[rotation])), rotation
+    if turn:
+        rotation = page_rotation(
+            np.asarray(det_res.boxes, dtype=np.float64), crops, inst._load_cls_model(), inst.recognize_txt
+        )
+        if rotation:
+            # cv2's codes turn clockwise (90), 180, counterclockwise (270 clockwise).
+            code = {90: cv2.ROTATE_90_CLOCKWISE, 180: cv2.ROTATE_180, 270: cv2.ROTATE_90_COUNTERCLOCKWISE}
+            return oriented(inst, cv2.rotate(ori, code[rotation]), turn=False)[0], rotation
+    # RapidOCR pads a strip of text (a line's image) above and below before detection; a page is not padded
+    # (op_record says by how much), and only a page has gutters.
+    if not op_record.get("padding_1", {}).get("top"):
+        crops = fit_gutters(inst, img, det_res, crops)
     # Upright: the rest of RapidOCR.run_ocr_steps and its output, on the detection already made.
     cls_res, lines = TextClsOutput(), crops
     try:
@@ -60,6 +72,25 @@ def oriented(inst: Any, image: Any) -> tuple[Any, int]:
     except RapidOCRError:
         return RapidOCROutput(), 0
     return inst.build_final_output(ori, det_res, cls_res, rec_res, crops, op_record), 0
+
+
+def fit_gutters(inst: Any, img: np.ndarray, det_res: Any, crops: list[Any]) -> list[Any]:
+    """The detection's boxes fitted to the page's gutters (gutters.py: split where a box runs across one,
+    ends pulled back out of one), in place in det_res (each piece with its box's score), and the crops of
+    the boxes as they are then."""
+    quads = np.asarray(det_res.boxes, dtype=np.float64)
+    fitted, source = fitted_quads(quads, gutter_pieces(quads, img))
+    if len(fitted) == len(quads) and np.array_equal(fitted, quads):
+        return crops
+    det_res.boxes = fitted.astype(np.asarray(det_res.boxes).dtype)
+    det_res.scores = [det_res.scores[k] for k in source]
+    # A box only pulled back at its ends is read from its crop as detected (the recogniser reads a crop as
+    # the detector padded it a little better: on the invoice of the development set, CER 0.166 against
+    # 0.168 recropped); a split box's pieces from their own crops.
+    pieces = np.bincount(source, minlength=len(quads))
+    cut = inst.crop_text_regions(img, det_res.boxes[[k for k, i in enumerate(source) if pieces[i] > 1]])
+    split = iter(cut)
+    return [crops[i] if pieces[i] == 1 else next(split) for i in source]
 
 
 def page_rotation(

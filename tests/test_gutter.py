@@ -1,0 +1,396 @@
+"""Line boxes fitted to the page's gutters before recognition (ocr_app.engines.gutters): synthetic pages of
+ink drawn with numpy (a line of text is a bar of ink 20 px tall with 6 px word spaces; its detector box the
+ink padded by 8 px all round, as PP-OCR's detector pads: 36 px tall, the h the limits are counted in), the
+pieces each box becomes worked out by hand from the rules as documented, at each limit and one past. Fast:
+no engine, but for one rendered page read through rapidocr at the end.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import jiwer
+import numpy as np
+import pytest
+from PIL import Image
+
+from ocr_app.engines import gutters
+from ocr_app.engines.gutters import fitted_quads, gutter_pieces, ink_mask
+
+INK, PAD, PITCH = 20, 8, 30  # a line's ink height, the detector's padding, the line pitch
+H = INK + 2 * PAD  # 36: a box's height
+LEFT = (60, 420)  # the left column's ink, x0 and x1 (exclusive)
+RIGHT = (448, 808)  # the right column's: a gutter of 28 px (0.78 h), a newsletter's
+
+
+def blank_page(width: int = 900, height: int = 420) -> np.ndarray:
+    return np.full((height, width), 255, np.uint8)
+
+
+def top(row: int) -> int:
+    return 40 + row * PITCH
+
+
+def text(page: np.ndarray, x0: int, x1: int, row: int, spaces: tuple[tuple[int, int], ...] = ()) -> None:
+    """Ink from x0 to x1 on the row, with a 6 px word space every 47 px (shifted by row: no two rows'
+    spaces line up) and the given (x, width) spaces."""
+    y = top(row)
+    page[y : y + INK, x0:x1] = 0
+    for x in range(x0 + 20 + (row * 13) % 30, x1 - 10, 47):
+        page[y : y + INK, x : x + 6] = 255
+    for x, w in spaces:
+        page[y : y + INK, x : x + w] = 255
+
+
+def box(x0: float, x1: float, row: int) -> list[list[float]]:
+    """The detector's quadrilateral of ink x0..x1 on the row: padded by PAD, clockwise from the top left."""
+    y0, y1 = top(row) - PAD, top(row) + INK + PAD
+    return [[x0 - PAD, y0], [x1 + PAD, y0], [x1 + PAD, y1], [x0 - PAD, y1]]
+
+
+def as_is(quads: list) -> list[list[tuple[float, float]]]:
+    return [[(q[0][0], q[1][0])] for q in quads]
+
+
+def two_columns(rows: int, right: tuple[int, int] = RIGHT) -> tuple[np.ndarray, list]:
+    """Two columns of `rows` lines, each line's two halves joined in one box (the detector's mistake)."""
+    page = blank_page()
+    quads = []
+    for r in range(rows):
+        text(page, *LEFT, r)
+        text(page, *right, r)
+        quads.append(box(LEFT[0], right[1], r))
+    return page, quads
+
+
+def test_lines_joined_across_a_narrow_gutter_are_split_there():
+    # The gutter's blank runs 420-448 (28 wide >= GAP_MIN 0.5 h = 18) across every box, every row beside
+    # it blank there with text both sides: each box is cut, its pieces keeping MARGIN 0.1 h = 3.6 of blank
+    # beside their ink: 52-423.6 and 444.4-816.
+    page, quads = two_columns(8)
+    want = [[(52, 423.6), (444.4, 816)]] * 8
+    assert gutter_pieces(np.asarray(quads), page) == [[pytest.approx(p) for p in row] for row in want]
+
+
+def test_the_pieces_are_cut_from_their_quadrilaterals_along_its_edges():
+    # A quad tilted along its top and bottom edges: (0, 10) -> (100, 20) on top, (0, 40) -> (100, 50) below.
+    # Pieces 0-30 and 60-100: the top edge at x 30 is y 13, at 60 y 16; the bottom 43 and 46. An untouched
+    # box comes back as it was.
+    quad = [[0, 10], [100, 20], [100, 50], [0, 40]]
+    other = [[200, 0], [300, 0], [300, 30], [200, 30]]
+    got, source = fitted_quads(np.asarray([quad, other]), [[(0, 30), (60, 100)], [(200, 300)]])
+    assert source == [0, 0, 1]
+    want = [
+        [[0, 10], [30, 13], [30, 43], [0, 40]],
+        [[60, 16], [100, 20], [100, 50], [60, 46]],
+        other,
+    ]
+    np.testing.assert_allclose(got, np.asarray(want, dtype=float))
+
+
+def test_a_wide_word_space_in_one_column_is_not_split():
+    # One column 60-808; the fourth line has a 30 px space (0.83 h) at 400: the lines above and below have
+    # ink there (their 6 px spaces cannot blank the 11 px middle): no gutter, nothing moves.
+    page = blank_page()
+    quads = []
+    for r in range(8):
+        text(page, 60, 808, r, ((400, 30),) if r == 3 else ())
+        quads.append(box(60, 808, r))
+    assert gutter_pieces(np.asarray(quads), page) == as_is(quads)
+
+
+def test_wide_word_spaces_on_every_line_that_do_not_line_up_are_not_split():
+    # Loosely set lines: a 24 px space (0.67 h) on every line, each 60 px right of the one above.
+    page = blank_page()
+    quads = []
+    for r in range(8):
+        text(page, 60, 808, r, ((200 + 60 * r, 24),))
+        quads.append(box(60, 808, r))
+    assert gutter_pieces(np.asarray(quads), page) == as_is(quads)
+
+
+@pytest.mark.parametrize(("river", "split"), [(4, [0, 3]), (3, [])], ids=["4-lines", "3-lines"])
+def test_the_rows_a_side_must_show(river, split):
+    # A 24 px space at 400 on `river` lines one under the other (rows 2..), the lines around with ink there.
+    # Blank on ROWS (3) rows under it, the river's first line is a gutter (and its last, 3 blank above): a
+    # river four lines long is split at its ends, the two in between see a crossing row on each side. Three
+    # lines long, no line has three blank rows on one side: nothing is split.
+    page = blank_page()
+    quads = []
+    for r in range(9):
+        text(page, 60, 808, r, ((400, 24),) if 2 <= r < 2 + river else ())
+        quads.append(box(60, 808, r))
+    want = as_is(quads)
+    for k in split:  # the space 400-424 (margin 3.6): 52-403.6 and 420.4-816
+        want[2 + k] = [(52, 403.6), (420.4, 816)]
+    assert gutter_pieces(np.asarray(quads), page) == [[pytest.approx(p) for p in row] for row in want]
+
+
+@pytest.mark.parametrize(("rows_under", "split"), [(2, True), (1, False)], ids=["2-rows", "1-row"])
+def test_the_rows_that_must_count(rows_under, split):
+    # A headline across the page (row 0: ink 60-808 crosses the gutter), then the story's first line joined
+    # across its gutter (row 1), then `rows_under` rows each in two boxes (the detector parted them). Above:
+    # the headline crosses. Under: MIN_ROWS (2) blank rows confirm the gutter; one does not. The boxes under
+    # never see MIN_ROWS blank rows on a side (the headline crosses above): they stay as they are.
+    page = blank_page()
+    text(page, 60, 808, 0)
+    quads = [box(60, 808, 0)]
+    text(page, *LEFT, 1)
+    text(page, *RIGHT, 1)
+    quads.append(box(LEFT[0], RIGHT[1], 1))
+    for r in range(2, 2 + rows_under):
+        text(page, *LEFT, r)
+        text(page, *RIGHT, r)
+        quads += [box(*LEFT, r), box(*RIGHT, r)]
+    want = as_is(quads)
+    if split:
+        want[1] = [(52, 423.6), (444.4, 816)]
+    assert gutter_pieces(np.asarray(quads), page) == [[pytest.approx(p) for p in row] for row in want]
+
+
+@pytest.mark.parametrize(("gutter", "split"), [(18, True), (17, False)], ids=["0.5h", "under"])
+def test_the_gutter_width_limit(gutter, split):
+    # GAP_MIN: a blank 0.5 h = 18 wide is a gutter (pieces 52-423.6 and 434.4-816); 17 is a word space,
+    # however it lines up.
+    page, quads = two_columns(6, right=(420 + gutter, 808))
+    got = gutter_pieces(np.asarray(quads), page)
+    assert got == ([[pytest.approx((52, 423.6)), pytest.approx((434.4, 816))]] * 6 if split else as_is(quads))
+
+
+def story_over(page: np.ndarray, quads: list, rows: list[int], left: tuple[int, int], right: tuple[int, int]):
+    """Rows of two columns (ink left and right), each line in two boxes."""
+    for r in rows:
+        text(page, *left, r)
+        text(page, *right, r)
+        quads += [box(*left, r), box(*right, r)]
+
+
+@pytest.mark.parametrize(
+    ("left", "right", "split"),
+    [
+        # The joined line's gutter is 420-438 (0.5 h: its middle is taken at 429 alone, the run no wider
+        # than 2 (EDGE + CORE / 2) h). CORE: the middle 0.3 h (429 +- 5.4: columns whose centre lies in
+        # 423.6-434.4, 424 to 433) must be blank in the rows that confirm it: ink to 423 leaves it blank, to
+        # 424 crosses it; on the right, ink from 434 leaves it, from 433 crosses.
+        ((60, 424), (434, 808), True),
+        ((60, 425), (434, 808), False),
+        ((60, 420), (433, 808), False),
+        # REACH: a row counts when its text reaches within 1.5 h (54) of that middle on both sides: ink in
+        # a column whose centre lies in 369.6-423.6 (370 to 423) on the left, 434.4-488.4 (434 to 487) on
+        # the right. A row whose text stops short tells nothing: only the headline is left, and it crosses.
+        ((60, 371), (438, 808), True),
+        ((60, 370), (438, 808), False),
+        ((60, 420), (487, 808), True),
+        ((60, 420), (488, 808), False),
+    ],
+    ids=["core", "core-left-past", "core-right-past", "reach-left", "reach-left-past", "reach-right",
+         "reach-right-past"],
+)  # fmt: skip
+def test_the_rows_that_confirm_a_gutter(left, right, split):
+    # Row 0: a headline across (it crosses); row 1: the joined line, the gutter 420-438; rows 2 and 3 under
+    # it, their own columns as given (in two boxes each). Split: 52-423.6 and 434.4-816.
+    page = blank_page()
+    text(page, 60, 808, 0)
+    text(page, 60, 420, 1)
+    text(page, 438, 808, 1)
+    quads = [box(60, 808, 0), box(60, 808, 1)]
+    story_over(page, quads, [2, 3], left, right)
+    got = gutter_pieces(np.asarray(quads), page)
+    assert got[1] == ([pytest.approx((52, 423.6)), pytest.approx((434.4, 816))] if split else as_is(quads)[1])
+
+
+def test_a_short_last_line_joined_to_the_next_column_is_split_at_the_gutter():
+    # Row 3's left line is a paragraph's short last one (60-200), joined with the right column's line: its
+    # blank run 200-448 is wider than the gutter, which lies at its far end: the middle taken EDGE h in
+    # from that end (448 - 9 = 439) is blank in the rows around, whose text reaches it from both sides.
+    # Every other row: the gutter 420-448 as before.
+    page = blank_page()
+    quads = []
+    for r in range(8):
+        text(page, 60, 200 if r == 3 else 420, r)
+        text(page, *RIGHT, r)
+        quads.append(box(60, 808, r))
+    want = [[(52, 423.6), (444.4, 816)]] * 8
+    want[3] = [(52, 203.6), (444.4, 816)]
+    assert gutter_pieces(np.asarray(quads), page) == [[pytest.approx(p) for p in row] for row in want]
+
+
+@pytest.mark.parametrize(("second", "split"), [(180, True), (181, False)], ids=["5h", "past"])
+def test_the_window_rows_are_looked_for_in(second, split):
+    # WINDOW: rows count within 5 h (180) of the joined line's middle. The line on row 1 (middle 80); rows
+    # under it in two boxes each, their middles 150 and `second` below. The line 181 away is too far: one
+    # row is under MIN_ROWS.
+    page = blank_page(height=500)
+    text(page, 60, 808, 0)
+    text(page, *LEFT, 1)
+    text(page, *RIGHT, 1)
+    quads = [box(60, 808, 0), box(LEFT[0], RIGHT[1], 1)]
+    for dy in (150, second):
+        y = top(1) + dy
+        page[y : y + INK, LEFT[0] : LEFT[1]] = 0
+        page[y : y + INK, RIGHT[0] : RIGHT[1]] = 0
+        quads += [
+            [[x0 - PAD, y - PAD], [x1 + PAD, y - PAD], [x1 + PAD, y + INK + PAD], [x0 - PAD, y + INK + PAD]]
+            for x0, x1 in (LEFT, RIGHT)
+        ]
+    got = gutter_pieces(np.asarray(quads), page)
+    assert got[1] == ([pytest.approx((52, 423.6)), pytest.approx((444.4, 816))] if split else as_is(quads)[1])
+
+
+def test_box_ends_overhanging_a_gutter_are_pulled_back():
+    # Six rows the detector parted at the gutter, each side padded by 8: the boxes leave 428-440 between
+    # them, 12 px (0.33 h: under the layout's GUTTER_MIN). The left boxes' right ends come back to the ink +
+    # 3.6 (423.6), the right boxes' left ends to 444.4: the blank between them is 20.8 (0.58 h).
+    page = blank_page()
+    quads: list = []
+    story_over(page, quads, list(range(6)), LEFT, RIGHT)
+    assert gutter_pieces(np.asarray(quads), page) == [
+        [pytest.approx(p)] for _ in range(6) for p in ((52, 423.6), (444.4, 816))
+    ]
+
+
+def test_an_end_beside_a_wide_blank_is_pulled_back_where_the_rows_show_a_gutter():
+    # Row 2's right line is set in (600-808), beyond reach (1.5 h) of the left line's end: its left box's
+    # blank runs to the end of its scan (420 to 428 + 54), and the gutter at its start (429) is blank in
+    # the rows around: that end comes back to 423.6 all the same. The indented box's own left end faces
+    # the right column's text in the rows around (crossed at 591): it stays.
+    page = blank_page()
+    quads: list = []
+    story_over(page, quads, [0, 1], LEFT, RIGHT)
+    story_over(page, quads, [2], LEFT, (600, 808))
+    story_over(page, quads, [3, 4, 5], LEFT, RIGHT)
+    want = [[(52, 423.6)], [(444.4, 816)]] * 6
+    want[5] = [(592, 816)]
+    assert gutter_pieces(np.asarray(quads), page) == [[pytest.approx(p) for p in row] for row in want]
+
+
+@pytest.mark.parametrize(("end", "moved"), [(423.7, True), (423.5, False)], ids=["over", "within"])
+def test_an_end_is_pulled_back_only_when_it_reaches_past_the_margin(end, moved):
+    # The left boxes end at `end`: past 423.6 (the ink + MARGIN) it comes back to 423.6; within it stays (a
+    # tight box is not widened).
+    page = blank_page()
+    quads: list = []
+    story_over(page, quads, list(range(6)), LEFT, RIGHT)
+    for q in quads[::2]:
+        q[1][0] = q[2][0] = end
+    got = gutter_pieces(np.asarray(quads), page)
+    assert [p[0][1] for p in got[::2]] == [pytest.approx(423.6 if moved else end)] * 6
+    assert [p[0][0] for p in got[1::2]] == [pytest.approx(444.4)] * 6
+
+
+def test_a_tilted_page_is_split_at_its_gutter():
+    # The two-column page turned 1.5 degrees (its columns drift 1.6 px a line), boxes turned with it: each
+    # joined box is cut once, between the left column's ink and the right one's on its row.
+    page, quads = two_columns(8)
+    angle = 1.5
+    turned = np.asarray(Image.fromarray(page).rotate(angle, Image.Resampling.NEAREST, fillcolor=255))
+    a = np.radians(angle)  # PIL turns counterclockwise on screen: (x, y) -> about the centre
+    cx, cy = page.shape[1] / 2, page.shape[0] / 2
+    q = np.asarray(quads, dtype=float)
+    x, y = q[..., 0] - cx, q[..., 1] - cy
+    q = np.stack([np.cos(a) * x + np.sin(a) * y + cx, -np.sin(a) * x + np.cos(a) * y + cy], axis=-1)
+    got = gutter_pieces(q, turned)
+    for r, pieces in enumerate(got):
+        assert len(pieces) == 2, r
+        # The gutter's middle on this row (its centre y), turned: x = cx + cos a (434 - cx) + sin a (yc - cy)
+        yc = top(r) + INK / 2
+        middle = cx + np.cos(a) * (434 - cx) + np.sin(a) * (yc - cy)
+        assert middle - 14 < pieces[0][1] < middle - 4 and middle + 4 < pieces[1][0] < middle + 14, r
+
+
+def test_no_boxes_and_a_blank_page():
+    assert gutter_pieces(np.zeros((0, 4, 2)), blank_page()) == []
+    quads = [box(60, 808, 0)]
+    assert gutter_pieces(np.asarray(quads), blank_page()) == as_is(quads)  # no ink: nothing to fit
+
+
+def test_ink_is_the_darker_of_the_pages_two_grey_levels():
+    # Paper 230 +- 10, ink 40 +- 10 (a noisy scan): Otsu's threshold falls between, the ink is the ink.
+    rng = np.random.default_rng(7)
+    want = np.zeros((50, 80), bool)
+    want[10:30, 5:60] = True
+    grey = np.where(want, 40, 230) + rng.integers(-10, 11, want.shape)
+    assert (ink_mask(grey.astype(np.uint8)) == want).all()
+    colour = np.repeat(grey.astype(np.uint8)[..., None], 3, axis=2)
+    assert (ink_mask(colour) == want).all()
+    assert not ink_mask(np.full((20, 20), 128, np.uint8)).any()
+
+
+def test_runs_need_ink_on_both_sides():
+    blank = np.asarray([True, True, False, True, True, False, False, True, False, True])
+    assert gutters._runs(blank) == [(3, 5), (7, 8)]
+    assert gutters._runs(np.asarray([True, True])) == []
+    assert gutters._runs(np.asarray([False, True, False])) == [(1, 2)]
+
+
+# --- Through the engine --------------------------------------------------------------------------------
+
+GUTTER = 30  # px between the columns' text at 30 px type: about 0.7 of the detector's line box height
+
+
+def justified(columns: list[list[str]], gutter: int = GUTTER, size: int = 30) -> Image.Image:
+    """Text columns set justified (each line's words spread to the column's full width, as a newsletter
+    sets them) on shared baselines, `gutter` px apart: the page the detector reads across."""
+    from PIL import ImageDraw
+
+    from .docs import font_for
+
+    font, margin, width, pitch = font_for("en", size), 60, 1400, size * 4 // 3
+    column = (width - 2 * margin - gutter * (len(columns) - 1)) // len(columns)
+    image = Image.new("RGB", (width, 2 * margin + pitch * max(map(len, columns))), "white")
+    draw = ImageDraw.Draw(image)
+    for c, lines in enumerate(columns):
+        x0 = margin + c * (column + gutter)
+        for k, line in enumerate(lines):
+            words = line.split()
+            lengths = [font.getlength(w) for w in words]
+            assert sum(lengths) + 4 * (len(words) - 1) <= column, f"{line!r} is wider than its column"
+            space = (column - sum(lengths)) / (len(words) - 1)
+            x = float(x0)
+            for word, length in zip(words, lengths, strict=True):
+                draw.text((round(x), margin + k * pitch), word, fill="black", font=font)
+                x += length + space
+    return image
+
+
+@pytest.fixture(scope="module")
+def engine():
+    from ocr_app.engines.rapidocr.engine import RapidOcrEngine
+
+    eng = RapidOcrEngine(workers=1, threads=2)
+    asyncio.run(eng.load())
+    yield eng
+    asyncio.run(eng.close())
+
+
+def test_columns_the_detector_joins_are_read_column_by_column(engine, monkeypatch):
+    from ocr_app.engines.rapidocr import orientation
+
+    from .docs import ARTICLE
+
+    image = justified(ARTICLE["columns"])
+    expected = " ".join(line for column in ARTICLE["columns"] for line in column)
+    got = " ".join(line.text for line in engine._run(image).lines)
+    # Without the fitting (the detector's boxes as they are) the same page reads across the columns.
+    monkeypatch.setattr(orientation, "fit_gutters", lambda inst, img, det_res, crops: crops)
+    joined = " ".join(line.text for line in engine._run(image).lines)
+    after, before = jiwer.cer(expected, got), jiwer.cer(expected, joined)
+    print(f"justified columns {GUTTER} px apart: CER {after:.3f}, {before:.3f} without the gutter fitting")
+    assert before > 0.3
+    assert after < 0.03
+
+
+@pytest.mark.parametrize(("left_end", "split"), [(434, True), (435, False)], ids=["edge", "past"])
+def test_the_middle_taken_in_from_a_wide_runs_end(left_end, split):
+    # EDGE: row 3's short line (60-200) joined to the right column's (from 448): its run's far middle is
+    # taken 0.1 h + 0.15 h (9) in from 448, at 439, its core the columns 434 to 443. The rows around end
+    # their left text at `left_end`: ink to 433 leaves that core blank (split: 52-203.6, 444.4-816); to 434
+    # crosses it, and the run's other middles (209, 324) lie in the left column's text.
+    page = blank_page()
+    quads = []
+    for r in range(8):
+        text(page, 60, 200 if r == 3 else left_end, r)
+        text(page, *RIGHT, r)
+        quads.append(box(60, 808, r))
+    got = gutter_pieces(np.asarray(quads), page)
+    assert got[3] == ([pytest.approx((52, 203.6)), pytest.approx((444.4, 816))] if split else as_is(quads)[3])
