@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
 from .docs import CJK_FONT, LATIN_FONT
@@ -18,6 +20,18 @@ def server(tmp_path_factory) -> Server:
     srv = Server(tmp_path_factory.mktemp("server"), rapidocr_workers=2, max_concurrency=2).start()
     yield srv
     assert srv.stop() == 0, srv.logs()[-2000:]
+
+
+@pytest.fixture(scope="module")
+def engine():
+    """The rapidocr engine loaded in-process (one worker of two threads), one per test module that asks for
+    it; a module that needs other settings defines its own `engine`."""
+    from ocr_app.engines.rapidocr.engine import RapidOcrEngine
+
+    eng = RapidOcrEngine(workers=1, threads=2)
+    asyncio.run(eng.load())
+    yield eng
+    asyncio.run(eng.close())
 
 
 @pytest.fixture(scope="session")

@@ -7,8 +7,6 @@ no engine, but for one rendered page read through rapidocr at the end.
 
 from __future__ import annotations
 
-import asyncio
-
 import jiwer
 import numpy as np
 import pytest
@@ -351,16 +349,6 @@ def justified(columns: list[list[str]], gutter: int = GUTTER, size: int = 30) ->
                 draw.text((round(x), margin + k * pitch), word, fill="black", font=font)
                 x += length + space
     return image
-
-
-@pytest.fixture(scope="module")
-def engine():
-    from ocr_app.engines.rapidocr.engine import RapidOcrEngine
-
-    eng = RapidOcrEngine(workers=1, threads=2)
-    asyncio.run(eng.load())
-    yield eng
-    asyncio.run(eng.close())
 
 
 def test_columns_the_detector_joins_are_read_column_by_column(engine, monkeypatch):

@@ -62,12 +62,16 @@ def test_an_interactive_page_does_not_wait_for_a_running_job_page(engine):
     started, release = threading.Event(), threading.Event()
     real = engine._job_idle.get()
 
-    def held(image):  # the job instance, kept busy until the interactive page is back
-        started.set()
-        release.wait(30)
-        return real(image)
+    class Held:  # the job instance, kept busy from its page's detection until the interactive page is back
+        def __getattr__(self, name):
+            return getattr(real, name)
 
-    engine._job_idle.put(held)
+        def detect_and_crop(self, *args, **kwargs):
+            started.set()
+            release.wait(30)
+            return real.detect_and_crop(*args, **kwargs)
+
+    engine._job_idle.put(Held())
 
     async def run():
         job = asyncio.create_task(engine.recognize([sample_page()], background=True))

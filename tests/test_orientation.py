@@ -17,14 +17,6 @@ from .test_ocr_contract import cer, iou, normalise
 
 
 @pytest.fixture(scope="module")
-def engine():
-    eng = RapidOcrEngine(workers=1, threads=2)
-    asyncio.run(eng.load())
-    yield eng
-    asyncio.run(eng.close())
-
-
-@pytest.fixture(scope="module")
 def doc():
     return render(TEXTS["en"][:3])
 

@@ -343,14 +343,6 @@ def test_blocks_of_nothing_and_of_one_line():
     assert (block.type, block.lines) == ("text", [0])
 
 
-@pytest.fixture(scope="module")
-def engine():
-    eng = RapidOcrEngine(workers=1, threads=2)
-    asyncio.run(eng.load())
-    yield eng
-    asyncio.run(eng.close())
-
-
 def flat(text: str) -> str:
     # Order-sensitive: only runs of whitespace are made one space (line breaks are the blocks' business).
     return " ".join(text.split())
