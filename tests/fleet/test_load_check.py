@@ -61,7 +61,9 @@ def test_a_paced_worker_starts_its_requests_at_least_interval_s_apart(server):
     load.finish(min_total=8)
     load.check(8)
     assert sorted(starts) == ["load-0", "load-1"]
-    for worker, times in starts.items():
-        gaps = [b - a for a, b in itertools.pairwise(times)]
-        # A start is noted as httpx sends, a little after the worker's clock for its next turn was set.
-        assert len(gaps) >= 3 and min(gaps) >= 0.45, (worker, gaps)
+    # How the 8 requests split between the workers is the scheduler's (5 and 3 on a busy machine): every gap
+    # counts, 8 starts in 2 workers make 6 of them.
+    gaps = {worker: [b - a for a, b in itertools.pairwise(times)] for worker, times in starts.items()}
+    assert sum(map(len, gaps.values())) == 6, gaps
+    # A start is noted as httpx sends, a little after the worker's clock for its next turn was set.
+    assert min(g for worker in gaps.values() for g in worker) >= 0.45, gaps
