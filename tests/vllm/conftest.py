@@ -83,7 +83,8 @@ def vllm_env(tmp_path_factory) -> dict[str, str]:
 
 @pytest.fixture(scope="session")
 def tiny_checkpoint(tmp_path_factory) -> Path:
-    return tiny_model.build(tmp_path_factory.mktemp("model") / "tiny-lightonocr")
+    """The tiny checkpoint, fitted once per recipe (tiny_model.cached), a copy for each session."""
+    return tiny_model.cached(tmp_path_factory.mktemp("model") / "tiny-lightonocr")
 
 
 def vllm_settings(model: Path, **overrides) -> dict:

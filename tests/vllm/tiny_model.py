@@ -244,6 +244,43 @@ def _training_pages():
     return mixed
 
 
+def cached(out: Path, steps: int = 800, seed: int = 0) -> Path:
+    """build()'s checkpoint copied into `out` from the vLLM tests' cache (venv.cache_root()), built there
+    first when its recipe has no entry yet. An entry's key is the recipe: this file, tests/docs.py (which
+    draws the pages), steps, seed and the versions of the libraries that train and render. An entry is
+    whole or absent: built beside it, then renamed into place."""
+    import hashlib
+    import shutil
+    import tempfile
+    from importlib.metadata import version
+
+    from tests.vllm.venv import cache_root
+
+    here = Path(__file__)
+    recipe = hashlib.sha256()
+    for source in (here, here.parents[1] / "docs.py"):
+        recipe.update(source.read_bytes())
+    for dist in ("torch", "transformers", "tokenizers", "pillow"):
+        recipe.update(f"{dist}=={version(dist)}".encode())
+    recipe.update(f"steps={steps} seed={seed}".encode())
+    root = cache_root()
+    entry = root / f"tiny-lightonocr-{recipe.hexdigest()[:16]}"
+    if not entry.is_dir():
+        root.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=".tiny-lightonocr-", dir=root))
+        try:
+            build(staging / "model", steps, seed)
+            try:
+                (staging / "model").rename(entry)
+            except OSError:  # another run put the same recipe there first
+                if not entry.is_dir():
+                    raise
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+    shutil.copytree(entry, out)
+    return out
+
+
 def build(out: Path, steps: int = 800, seed: int = 0) -> Path:
     """Write the checkpoint into `out` (created) and return it."""
     import torch

@@ -47,13 +47,17 @@ def requirements() -> list[str]:
     return sorted(set(reqs))
 
 
+def cache_root() -> Path:
+    """Where the vLLM tests keep what they build once: $OCRFLEET_CACHE, default /var/cache/ocrfleet."""
+    return Path(os.environ.get("OCRFLEET_CACHE", "/var/cache/ocrfleet"))
+
+
 def venv_path(reqs: list[str]) -> Path:
     if os.environ.get("OCRFLEET_VLLM_VENV"):
         return Path(os.environ["OCRFLEET_VLLM_VENV"])
     h = hashlib.sha256()
     h.update(repr((sys.version_info[:2], PIP, REMOVE, reqs)).encode())
-    cache = Path(os.environ.get("OCRFLEET_CACHE", "/var/cache/ocrfleet"))
-    return cache / f"vllm-venv-{h.hexdigest()[:12]}"
+    return cache_root() / f"vllm-venv-{h.hexdigest()[:12]}"
 
 
 def build(venv: Path, reqs: list[str]) -> None:
