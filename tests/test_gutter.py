@@ -311,7 +311,9 @@ def test_ink_is_the_darker_of_the_pages_two_grey_levels():
     assert (ink_mask(grey.astype(np.uint8)) == want).all()
     colour = np.repeat(grey.astype(np.uint8)[..., None], 3, axis=2)
     assert (ink_mask(colour) == want).all()
-    assert not ink_mask(np.full((20, 20), 128, np.uint8)).any()
+    for level in (0, 128, 255):  # one grey level, black included: nothing to part, no ink
+        assert not ink_mask(np.full((20, 20), level, np.uint8)).any(), level
+        assert not ink_mask(np.full((20, 20, 3), level, np.uint8)).any(), level
 
 
 def test_runs_need_ink_on_both_sides():

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import math
 
+import cv2
 import numpy as np
 
 Piece = tuple[float, float]  # x0, x1 of a box's piece, in the page's pixels
@@ -52,28 +53,18 @@ MARGIN = 0.1
 
 
 def ink_mask(image: np.ndarray) -> np.ndarray:
-    """The page's ink: a pixel darker than the threshold that best parts its grey levels in two (Otsu's),
-    from an RGB/BGR (H, W, 3) or grey (H, W) uint8 image. A page of one grey level has no ink."""
+    """The page's ink: a pixel at or under the threshold that best parts its grey levels in two (Otsu's, by
+    OpenCV), from an RGB/BGR (H, W, 3) or grey (H, W) uint8 image. A page of one grey level has no ink."""
     pixels = np.asarray(image)
     if pixels.ndim == 3:  # the channels' mean, in integers (a page is millions of pixels)
         total = pixels[..., 0].astype(np.uint16) + pixels[..., 1] + pixels[..., 2]
         levels = (total // 3).astype(np.uint8)
     else:
-        levels = pixels.astype(np.uint8)
-    hist = np.bincount(levels.ravel(), minlength=256).astype(np.float64)
-    total = hist.sum()
-    weight = np.cumsum(hist)  # pixels at or under each level
-    mass = np.cumsum(hist * np.arange(256))
-    below, above = weight[:-1], total - weight[:-1]
-    with np.errstate(divide="ignore", invalid="ignore"):
-        mean_below = mass[:-1] / below
-        mean_above = (mass[-1] - mass[:-1]) / above
-        between = below * above * (mean_below - mean_above) ** 2
-    between = np.where((below > 0) & (above > 0), between, -1.0)
-    if not between.max() > 0:
+        levels = np.ascontiguousarray(pixels, dtype=np.uint8)
+    if not levels.size or levels.min() == levels.max():  # Otsu's threshold would put it all on one side
         return np.zeros(levels.shape, dtype=bool)
-    threshold = int(np.argmax(between))  # ink: at or under it
-    return np.asarray(levels <= threshold)
+    _, ink = cv2.threshold(levels, 0, 1, cv2.THRESH_BINARY_INV | cv2.THRESH_OTSU)
+    return np.asarray(ink, dtype=bool)
 
 
 class _Page:
@@ -170,25 +161,28 @@ def gutter_pieces(quads: np.ndarray, image: np.ndarray) -> list[list[Piece]]:
     ranges of its pieces once fitted to the page's gutters: [(x0, x1)] as it is, more than one where it is
     split at a gutter, an end moved where it overhung one."""
     quads = np.asarray(quads, dtype=np.float64).reshape(-1, 4, 2)
-    found: list[list[Piece]] = [[(float(q[:, 0].min()), float(q[:, 0].max()))] for q in quads]
-    if not len(quads):
-        return found
-    page = _Page(ink_mask(image))
     lines = _Lines(quads)
-    for i, box in enumerate(lines.quads):
-        if not box.h > 0:
-            continue
-        pieces = _fit(i, box, lines, page)
+    found: list[list[Piece]] = [[(box.x0, box.x1)] for box in lines.quads]
+    long = [i for i, box in enumerate(lines.quads) if _long(box)]
+    if not long:
+        return found  # nothing to fit: the page's pixels are not read
+    page = _Page(ink_mask(image))
+    for i in long:
+        pieces = _fit(i, lines.quads[i], lines, page)
         if pieces is not None:
             found[i] = pieces
     return found
 
 
+def _long(box: _Quad) -> bool:
+    """Whether a box is long enough to hold a gutter: not a word, nor a line standing (a page turned
+    sideways, read as sent)."""
+    return box.h > 0 and box.x1 - box.x0 >= 2 * box.h
+
+
 def _fit(i: int, box: _Quad, lines: _Lines, page: _Page) -> list[Piece] | None:
     """Box i's pieces fitted to the gutters its row shows, or None when it stays as it is."""
     h = box.h
-    if box.x1 - box.x0 < 2 * h:  # a word, or a line standing (a page turned sideways, read as sent)
-        return None
     lo = max(0, int(np.floor(box.x0 - REACH * h)))  # the box and REACH h each side: its row's neighbours
     hi = min(page.width, int(np.ceil(box.x1 + REACH * h)))
     xs = np.arange(lo, hi)
@@ -290,12 +284,14 @@ def fitted_quads(quads: np.ndarray, pieces: list[list[Piece]]) -> tuple[np.ndarr
             source.append(i)
             continue
         tl, tr, br, bl = quad
-
-        def at(a: np.ndarray, b: np.ndarray, x: float) -> np.ndarray:
-            t = 0.0 if b[0] == a[0] else min(1.0, max(0.0, (x - a[0]) / (b[0] - a[0])))
-            return np.asarray(a + t * (b - a))
-
         for x0, x1 in found:
-            out.append(np.stack([at(tl, tr, x0), at(tl, tr, x1), at(bl, br, x1), at(bl, br, x0)]))
+            top, bottom = (_along(tl, tr, x0), _along(tl, tr, x1)), (_along(bl, br, x1), _along(bl, br, x0))
+            out.append(np.stack([*top, *bottom]))
             source.append(i)
     return np.asarray(out, dtype=np.float64).reshape(-1, 4, 2), source
+
+
+def _along(a: np.ndarray, b: np.ndarray, x: float) -> np.ndarray:
+    """The point of the edge a-b at x (its end, for an x past it)."""
+    t = 0.0 if b[0] == a[0] else min(1.0, max(0.0, (x - a[0]) / (b[0] - a[0])))
+    return np.asarray(a + t * (b - a))
