@@ -4,10 +4,11 @@
 generator sends OCR requests with real documents to the load balancer while playbooks/upgrade.yml rolls a new
 app version and a new model revision through the fleet (app-1 first, as a canary: a quarter then half of the
 requests while the other hosts replay every request they answer to it and compare the texts; promoted; a
-300-page bulk job submitted once the release is staged is read through app-1's drain and restart, by every
-host, and must come back whole: `job_pages_lost=0 job_pages_duplicated=0 pages=300`, each host's share
-printed, with each host's time out of service and the time between batches). The three faulty rollouts that
-follow run on the smallest fleet that shows them, the canary and one host beside it (app-1 and app-3,
+bulk job submitted once the release is staged is read through app-1's drain and restart, by every host
+(300 pages or more: as many as the fleet reads in about 4 minutes at the pace a smaller job was read at while
+the release staged), and must come back whole: `job_pages_lost=0 job_pages_duplicated=0 pages=N`, each host's
+share printed, with each host's time out of service and the time between batches). The three faulty rollouts
+that follow run on the smallest fleet that shows them, the canary and one host beside it (app-1 and app-3,
 upgrade.yml --limit), while app-2 keeps serving the good release: a newer release with a deliberately
 broken model revision (its files match their manifest, it passes its self-test and reads the golden document,
 but its dictionary reads capitals the golden document lacks as others, so the evaluation gate, an evaluation
@@ -31,6 +32,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import math
 import os
 import re
 import shutil
@@ -65,8 +67,13 @@ pytestmark = [pytest.mark.lab, pytest.mark.timeout(3600)]
 
 MIN_REQUESTS = 500
 # A bulk job worked through the good upgrade (tests/fleet/jobs.py): submitted once the release is staged, its
-# pages heavy enough (filler lines) that it is still being read when the canary host is back in.
-JOB_PAGES = 300
+# pages heavy enough (filler lines) and many enough that it is still being read when the canary host is back
+# in, 114-146 s after the submit so far. How many: a pace job of PACE_PAGES, sent as the rollout starts, is
+# read while the release stages; the job gets as many pages as that pace reads in JOB_TARGET_S, at least
+# JOB_PAGES (a slow machine's 300 pages took 450 s) and at most JOB_PAGES_MAX (a fast one read 300 in 114 s:
+# a fixed count ended 0.1 s before app-1 was back in).
+JOB_PAGES, JOB_PAGES_MAX, PACE_PAGES = 300, 1000, 48
+JOB_TARGET_S = 240
 JOB_FILLER = 8  # 9 lines a page, about 0.4 CPU-s of OCR: the job outlasts app-1's drain
 DRAIN_TASKS = ("Write the drain file", "Remove the drain file")  # the ocr_app role's drain and undrain
 DRAIN_FILE = "/run/ocr-app/drain"
@@ -244,6 +251,16 @@ def served_model(fleet: F.Fleet, host: str) -> str:
     return models.pop().removeprefix(f"{MODEL}@")
 
 
+def job_pages(pace: FleetJob) -> int:
+    """The good upgrade's job size: what the fleet reads in JOB_TARGET_S at the pace job's pace so far (its
+    pages over the time from its first page written to its last), within JOB_PAGES..JOB_PAGES_MAX."""
+    times = [t for _, t in pace.written()]
+    rate = (len(times) - 1) / (times[-1] - times[0]) if len(times) > 1 and times[-1] > times[0] else 0.0
+    pages = min(JOB_PAGES_MAX, max(JOB_PAGES, math.ceil(rate * JOB_TARGET_S)))
+    say(f"job pace: {len(times)} of {PACE_PAGES} pages read, {rate:.2f} pages/s: the job gets {pages} pages")
+    return pages
+
+
 def test_rolling_upgrades_under_load(fleet, tmp_path):
     base = ROOT / "build" / "wheelhouse"
     old = current_release(fleet, "app-1")
@@ -285,7 +302,6 @@ def test_rolling_upgrades_under_load(fleet, tmp_path):
         }
         # A bulk job through the switches: submitted once every host has staged the release (the drains come
         # next), so that the first host is drained with ranges leased and restarted while the others read on.
-        body = document(JOB_PAGES, JOB_FILLER)
         # The ocr_app role's mark of a whole release, its last staging step.
         staged = f"/opt/ocr-app/releases/{good}/.ocr-app-release"
         done: list = []
@@ -294,13 +310,16 @@ def test_rolling_upgrades_under_load(fleet, tmp_path):
         )
         t0, t0_wall = time.monotonic(), time.time()
         rollout.start()
+        pace = FleetJob.submit(fleet, PACE_PAGES, key=f"fleet-pace-{int(t0_wall)}", filler=JOB_FILLER)
         try:
             wait_until(
                 lambda: not rollout.is_alive() or all(exists(fleet, h, staged) for h in fleet.apps),
                 1800, "the release staged on every host", 0.5,
             )  # fmt: skip
+            pages = job_pages(pace)
+            body = document(pages, JOB_FILLER)
             submitted = time.time()
-            job = FleetJob.send(fleet, body, JOB_PAGES, key=f"fleet-upgrade-{int(submitted)}")
+            job = FleetJob.send(fleet, body, pages, key=f"fleet-upgrade-{int(submitted)}")
         finally:
             rollout.join(1800)
         assert done, "upgrade.yml did not end"
@@ -377,7 +396,9 @@ def test_rolling_upgrades_under_load(fleet, tmp_path):
             "after it was back in"
         )
         print(" ".join(f"{k}={v}" for k, v in figures.items()))
-        assert figures == {"job_pages_lost": 0, "job_pages_duplicated": 0, "pages": JOB_PAGES}, figures
+        assert figures == {"job_pages_lost": 0, "job_pages_duplicated": 0, "pages": pages}, figures
+        pace.wait_done(300)
+        assert pace.check() == {"job_pages_lost": 0, "job_pages_duplicated": 0, "pages": PACE_PAGES}
         # Submitted before the first drain, still read after that host was back in; every host read some.
         assert submitted < drained_1 < back_1 < written[-1][1], (submitted, drains, written[-1])
         assert sorted(shares) == sorted(fleet.apps) and all(n > 0 for n in shares.values()), shares
