@@ -315,9 +315,10 @@ def test_an_end_is_pulled_back_only_when_it_reaches_past_the_margin(end, moved):
 @pytest.mark.parametrize("angle", [1.5, 4.0])
 def test_a_tilted_page_is_split_at_its_gutter(angle):
     # The two-column page turned 1.5 degrees (its columns drift 0.8 px a line, a box's ends 20 px apart in
-    # height) and 4 (2.1 px a line; a box's ends 53 px apart, more than a line's pitch: a row read level from
-    # its left end would be the next line's at its right), boxes turned with it: each joined box is cut once,
-    # between the left column's ink and the right one's on its row.
+    # height) and 4 (2.1 px a line; a box's ends 53 px apart, more than a line's pitch), boxes turned with it:
+    # each joined box is cut once, between the left column's ink and the right one's on its row. The gutter
+    # stays blank in a row read level instead of along its tilt, so this does not pin the rows' slopes (their
+    # mutants survive make mutate); at 4 degrees it pins the sign of the top edge's.
     page, quads = two_columns(8)
     turned = np.asarray(Image.fromarray(page).rotate(angle, Image.Resampling.NEAREST, fillcolor=255))
     a = np.radians(angle)  # PIL turns counterclockwise on screen: (x, y) -> about the centre
