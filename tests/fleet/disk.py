@@ -1,5 +1,6 @@
 """A full disk on an app host, under load (tests/fleet/test_crash.py): the filesystem nginx buffers request
-bodies on (/var/lib/nginx) is a small tmpfs mounted over it, then filled in two steps.
+bodies on (/var/lib/nginx) is a small tmpfs mounted over it (whole: nginx's directories made on it first),
+then filled in two steps.
 
 1. Below the app's free-space bound (health_disk_min_free_mb, 256 MiB; the lab inventory's health_disk_paths
    name /var/lib/nginx) but with room left for bodies: /healthz says `degraded` with a `disk_low` problem
@@ -26,6 +27,7 @@ MOUNT = "/var/lib/nginx"  # nginx's body buffers (client_body_temp_path) and oth
 NGINX_TEMP = ("body", "proxy", "fastcgi", "uwsgi", "scgi")  # what Debian's nginx makes there at start
 SIZE_MIB = 300  # the tmpfs: above the app's 256 MiB bound until filled
 LEFT_MIB = 20  # after the first fill: under the bound and 10 % of the size, room for the load's bodies
+STAGE = "/run/ocrfleet-test-nginx-tmpfs"  # where the tmpfs is made ready before it goes over MOUNT
 FILL = f"{MOUNT}/ocrfleet-test-fill"
 ALERT = "OcrFilesystemNearlyFull"
 APP_PORT = 8000  # the host's ocr-app@0
@@ -53,12 +55,15 @@ def full_disk(fleet, load: Load, host: str, client) -> None:
     """The scenario above on `host` while `load` runs through HAProxy; `client(host)` is an HTTPS client of
     the host's own nginx."""
     assert lb_servers(fleet)[host]["status"] == "UP"
-    fleet.lab.exec(host, ["mount", "-t", "tmpfs", "-o", f"size={SIZE_MIB}m,mode=0755", "tmpfs", MOUNT])
+    # nginx must never see the tmpfs without its directories (a body it cannot buffer is a 500, the load's
+    # request would fail): the tmpfs is made ready on STAGE, bound over MOUNT whole, and unmounted from STAGE.
+    fleet.lab.exec(host, ["mkdir", "-p", STAGE])
+    fleet.lab.exec(host, ["mount", "-t", "tmpfs", "-o", f"size={SIZE_MIB}m,mode=0755", "tmpfs", STAGE])
+    for d in NGINX_TEMP:
+        fleet.lab.exec(host, ["install", "-d", "-o", "www-data", "-g", "root", "-m", "0700", f"{STAGE}/{d}"])
+    fleet.lab.exec(host, ["mount", "--bind", STAGE, MOUNT])
+    fleet.lab.exec(host, ["umount", STAGE])
     try:
-        for d in NGINX_TEMP:
-            fleet.lab.exec(
-                host, ["install", "-d", "-o", "www-data", "-g", "root", "-m", "0700", f"{MOUNT}/{d}"]
-            )
         wait_until(
             lambda: health(fleet, host)["status"] == "ready", 60, f"{host} ready on the new {MOUNT}", 0.2
         )

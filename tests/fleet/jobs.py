@@ -4,6 +4,7 @@ whose every page names its own number, so a page lost, repeated or swapped for a
 from __future__ import annotations
 
 import json
+import math
 import re
 import threading
 import time
@@ -132,6 +133,26 @@ class FleetJob:
             "WHERE job_id = :'job' ORDER BY 2"
         )
         return [(host, float(t)) for host, t in rows]
+
+    def pace(self) -> float:
+        """Pages read per second so far: the pages written over the time from the job's creation to the last
+        one written (the database's clock both; 0.0 before a page is written). From the first page written
+        instead, a small job's ranges, read side by side and ending together, showed twice the fleet's
+        pace."""
+        (row,) = self.sql(
+            "SELECT count(p.*), extract(epoch FROM max(p.finished_at) - j.created_at) FROM ocr_jobs j "
+            "LEFT JOIN ocr_job_pages p ON p.job_id = j.id WHERE j.id = :'job' GROUP BY j.created_at"
+        )
+        pages, seconds = int(row[0]), float(row[1] or 0)
+        return pages / seconds if pages and seconds > 0 else 0.0
+
+    def sized(self, seconds: float, least: int, most: int, base: int = 0) -> int:
+        """A job size from this job's pace: `base` pages plus what the fleet reads in `seconds` at it, within
+        least..most (a fixed count is read too soon on a fast machine or too slowly on a slow one)."""
+        rate = self.pace()
+        pages = min(most, max(least, base + math.ceil(rate * seconds)))
+        say(f"job pace: {rate:.2f} pages/s (a job of {self.pages} pages): {pages} pages")
+        return pages
 
     def windows(self, since: float) -> dict[str, str]:
         """When each app host wrote its pages, first to last, in seconds after `since` (Unix time)."""

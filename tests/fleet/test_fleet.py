@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import itertools
 import json
-import math
 import os
 import re
 import shutil
@@ -251,16 +250,6 @@ def served_model(fleet: F.Fleet, host: str) -> str:
     return models.pop().removeprefix(f"{MODEL}@")
 
 
-def job_pages(pace: FleetJob) -> int:
-    """The good upgrade's job size: what the fleet reads in JOB_TARGET_S at the pace job's pace so far (its
-    pages over the time from its first page written to its last), within JOB_PAGES..JOB_PAGES_MAX."""
-    times = [t for _, t in pace.written()]
-    rate = (len(times) - 1) / (times[-1] - times[0]) if len(times) > 1 and times[-1] > times[0] else 0.0
-    pages = min(JOB_PAGES_MAX, max(JOB_PAGES, math.ceil(rate * JOB_TARGET_S)))
-    say(f"job pace: {len(times)} of {PACE_PAGES} pages read, {rate:.2f} pages/s: the job gets {pages} pages")
-    return pages
-
-
 def test_rolling_upgrades_under_load(fleet, tmp_path):
     base = ROOT / "build" / "wheelhouse"
     old = current_release(fleet, "app-1")
@@ -316,7 +305,7 @@ def test_rolling_upgrades_under_load(fleet, tmp_path):
                 lambda: not rollout.is_alive() or all(exists(fleet, h, staged) for h in fleet.apps),
                 1800, "the release staged on every host", 0.5,
             )  # fmt: skip
-            pages = job_pages(pace)
+            pages = pace.sized(JOB_TARGET_S, JOB_PAGES, JOB_PAGES_MAX)
             body = document(pages, JOB_FILLER)
             submitted = time.time()
             job = FleetJob.send(fleet, body, pages, key=f"fleet-upgrade-{int(submitted)}")

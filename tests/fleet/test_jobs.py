@@ -3,14 +3,16 @@
 job store unreachable on the instances') and started again, and a host is cut off from the job database for
 longer than a lease.
 
-The job is submitted through HAProxy; every instance of the app hosts claims its page ranges. The killed
-instance's range and the cut-off host's range wait for their leases to expire and are read by another
-instance; a restarted database costs the workers their connections, not their work. The result (JSON Lines,
-through HAProxy) must hold every page once, in order, each reading its own number; a synchronous OCR is
-answered while the database is down. Prints `disrupted job: job_pages_lost=L job_pages_duplicated=D pages=N`
-and each host's share of the pages. A client reads the job's events through it all with a standard SSE
-client (a reconnect of its own mid-job, and those the disruptions cause): every page before the first event
-that says the job is finished.
+The job is sized from the fleet's pace (a fixed count was read whole before the cut on a fast machine): a
+pace job of PACE_PAGES is read first, and the job gets what that pace reads in JOB_TARGET_S beyond the pages
+the disruptions wait for, at least JOB_PAGES and at most JOB_PAGES_MAX. The job is submitted through HAProxy;
+every instance of the app hosts claims its page ranges. The killed instance's range and the cut-off host's
+range wait for their leases to expire and are read by another instance; a restarted database costs the
+workers their connections, not their work. The result (JSON Lines, through HAProxy) must hold every page
+once, in order, each reading its own number; a synchronous OCR is answered while the database is down.
+Prints `disrupted job: job_pages_lost=L job_pages_duplicated=D pages=N` and each host's share of the pages.
+A client reads the job's events through it all with a standard SSE client (a reconnect of its own mid-job,
+and those the disruptions cause): every page before the first event that says the job is finished.
 """
 
 from __future__ import annotations
@@ -26,7 +28,13 @@ from tests.fleet.load import documents
 
 pytestmark = [pytest.mark.lab, pytest.mark.timeout(1500)]
 
-PAGES = 200
+# The job: the pages the disruptions wait for (JOB_BASE) and what the pace job's pace reads in JOB_TARGET_S
+# (the database's stop, the cut's 2 leases, the pages after it: about 50 s on a machine that read 23 pages a
+# second, and room), at least JOB_PAGES and at most JOB_PAGES_MAX (the app's max_job_pages). Its pages carry
+# JOB_FILLER lines (each about as much OCR again as the page's number): a fast machine's job stays well
+# inside the bound (23 pages/s read 1500 of the number alone in 64 s).
+JOB_PAGES, JOB_PAGES_MAX, JOB_BASE, JOB_TARGET_S, JOB_FILLER = 100, 2000, 45, 90, 2
+PACE_PAGES = 48  # 6 ranges of 8: every instance of the fleet reads some; pages like the job's
 CUT_HOST = "app-1"
 # inventory/lab/group_vars/ocr_servers/jobs.yml: a lease not renewed for this long is taken by another worker.
 LEASE_S = 15
@@ -55,9 +63,15 @@ def running(st: dict) -> int:
 
 
 def test_a_job_survives_a_kill_a_database_stop_and_a_cut(fleet):
+    key = f"fleet-disruptions-pace-{int(time.time())}"
+    pace = FleetJob.submit(fleet, PACE_PAGES, key=key, filler=JOB_FILLER)
+    pace.wait_done(600)
+    assert pace.check() == {"job_pages_lost": 0, "job_pages_duplicated": 0, "pages": PACE_PAGES}
+    pages = pace.sized(JOB_TARGET_S, JOB_PAGES, JOB_PAGES_MAX, base=JOB_BASE)
+
     t0, submitted = time.monotonic(), time.time()
-    job = FleetJob.submit(fleet, PAGES, key=f"fleet-disruptions-{int(submitted)}")
-    say(f"job {job.job_id}: {PAGES} pages submitted")
+    job = FleetJob.submit(fleet, pages, key=f"fleet-disruptions-{int(submitted)}", filler=JOB_FILLER)
+    say(f"job {job.job_id}: {pages} pages submitted")
     reader = EventReader(fleet, job.job_id, drop_after=5)
 
     # kill -9 an instance of the 2-instance host mid-job: its range's lease expires, another reads it.
@@ -108,11 +122,11 @@ def test_a_job_survives_a_kill_a_database_stop_and_a_cut(fleet):
         f"{job.windows(submitted)} after its submit), {reclaimed} ranges claimed again, status {st['pages']}"
     )
     print("disrupted job: " + " ".join(f"{k}={v}" for k, v in figures.items()))
-    assert figures == {"job_pages_lost": 0, "job_pages_duplicated": 0, "pages": PAGES}, figures
-    assert st["pages"] == {"total": PAGES, "done": PAGES, "failed": 0}, st
+    assert figures == {"job_pages_lost": 0, "job_pages_duplicated": 0, "pages": pages}, figures
+    assert st["pages"] == {"total": pages, "done": pages, "failed": 0}, st
     # Every host worked it, and the killed instance's and the cut host's ranges were read again.
     assert set(shares) and len(shares) == len(fleet.apps) and all(n > 0 for n in shares.values()), shares
-    assert sum(shares.values()) == PAGES, shares
+    assert sum(shares.values()) == pages, shares
     assert reclaimed >= 1, reclaimed
 
     # The event stream, read through everything above: every page, once, in order, before the first
@@ -122,6 +136,6 @@ def test_a_job_survives_a_kill_a_database_stop_and_a_cut(fleet):
         f"events: {len(reader.pages)} pages on {reader.connections} connections "
         f"(interrupted: {reader.interruptions}), then {reader.finished}"
     )
-    assert reader.pages == list(range(1, PAGES + 1)), reader.pages
+    assert reader.pages == list(range(1, pages + 1)), reader.pages
     assert reader.finished is not None and reader.finished["status"] == "done", reader.finished
     assert reader.connections >= 2 and "dropped by the client" in reader.interruptions
