@@ -116,13 +116,17 @@ MODULES: dict[str, Module] = {
     "documents": Module(
         (
             "ocr_app/documents/upload.py",
-            "ocr_app/documents/decode.py",
             "ocr_app/documents/pdf.py",
             "ocr_app/documents/image.py",
             "ocr_app/documents/raster.py",
             "ocr_app/documents/pages.py",
         ),
         ("tests/test_documents.py", "tests/test_hostile.py"),
+    ),
+    # The decode workers (their limits, deadlines, page files): the pool's tests, then the hostile documents
+    # through the app (the documents' tests above call the decoders in-process and never reach it).
+    "decode": Module(
+        ("ocr_app/documents/decode.py",), ("tests/test_decode_pool.py", "tests/test_hostile.py")
     ),
     # The line boxes' tests, the limits of the rules first (a second): not the four that run the rapidocr
     # engine on rendered pages, which take most of a run's time (9 of 13 s on these cores, a survivor's each

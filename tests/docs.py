@@ -280,6 +280,11 @@ def jpeg_with_orientation(image: Image.Image, orientation: int, quality: int = 9
         6: image.transpose(Image.Transpose.ROTATE_90),  # viewer rotates 90 CW to show upright
         8: image.transpose(Image.Transpose.ROTATE_270),
         3: image.transpose(Image.Transpose.ROTATE_180),
+        # The mirrored ones (EXIF 2.32, Orientation): each its own inverse.
+        2: image.transpose(Image.Transpose.FLIP_LEFT_RIGHT),
+        4: image.transpose(Image.Transpose.FLIP_TOP_BOTTOM),
+        5: image.transpose(Image.Transpose.TRANSPOSE),
+        7: image.transpose(Image.Transpose.TRANSVERSE),
     }[orientation]
     exif = Image.Exif()
     exif[0x0112] = orientation

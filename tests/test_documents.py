@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import io
 
 import numpy as np
@@ -9,8 +10,8 @@ import pypdfium2 as pdfium
 import pytest
 from PIL import Image
 
-from ocr_app.documents.image import Limits, shrink
-from ocr_app.documents.pages import load_pages
+from ocr_app.documents.image import PREVIEW_MAX_SIDE, Limits, fit, shrink, shrink_array
+from ocr_app.documents.pages import count_pages, load_pages
 from ocr_app.documents.pdf import MAX_PDF_PAGE_OBJECTS
 from ocr_app.documents.upload import (
     MAX_MULTIPART_PARTS,
@@ -97,26 +98,60 @@ def test_jpeg_is_draft_decoded_and_downscaled_to_max_side():
     assert page.image.mode == "RGB"
 
 
+# 3000 x 2000: under twice the side, decoded whole; 4000 x 3000: decoded at half scale from the DCT.
+@pytest.mark.parametrize(
+    ("size", "drafted", "out"),
+    [((3000, 2000), (3000, 2000), (1540, 1027)), ((4000, 3000), (2000, 1500), (1540, 1155))],
+)
 @pytest.mark.parametrize("mode", ["RGB", "L"])
-def test_jpeg_decoded_by_opencv_has_pillows_pixels(mode):
+def test_jpeg_decoded_by_opencv_has_pillows_pixels(mode, size, drafted, out):
     """The JPEG fast path (OpenCV's decode at the draft scale) against Pillow's decode of the same file and
     the same resize: equal pixels; in a decode worker (bgr=True) the same pixels as OpenCV's array."""
-    photo = render(["Fast path 12"]).image.resize((3000, 2000)).convert(mode)
+    photo = render(["Fast path 12"]).image.resize(size).convert(mode)
     data = encode(photo, "JPEG")
     [page] = load_pages(data, "image/jpeg", None, LIMITS)
     pillow = Image.open(io.BytesIO(data))
-    pillow.draft("RGB", (1540, 1027))
-    expected = shrink(pillow.convert("RGB"), (1540, 1027))
-    assert page.image.size == expected.size == (1540, 1027)
+    pillow.draft("RGB", out)
+    assert pillow.size == drafted
+    expected = shrink(pillow.convert("RGB"), out)
+    assert page.image.size == expected.size == out
     assert np.array_equal(np.asarray(page.image), np.asarray(expected))
     [worker] = load_pages(data, "image/jpeg", None, LIMITS, bgr=True)
-    assert worker.image is None and worker.size == (1540, 1027)
+    assert worker.image is None and worker.size == out
     assert np.array_equal(worker.bgr[..., ::-1], np.asarray(expected))
+
+
+@pytest.mark.parametrize("factor", [2, 4, 8])
+def test_every_draft_scale_takes_opencvs_path(factor):
+    """Each DCT scale libjpeg offers (1/2, 1/4, 1/8) is decoded by OpenCV in a decode worker (the array,
+    no image), with the pixels of Pillow's draft decode."""
+    limits = Limits(max_pixels=50_000_000, max_image_side=200, max_pages=50, pdf_dpi=200)
+    data = encode(render(["Scale 8"]).image.resize((200 * factor, 150 * factor)), "JPEG")
+    pillow = Image.open(io.BytesIO(data))
+    pillow.draft("RGB", (200, 150))
+    assert pillow.size == (200, 150)
+    [worker] = load_pages(data, "image/jpeg", None, limits, bgr=True)
+    assert worker.image is None and worker.size == (200, 150)
+    assert np.array_equal(worker.bgr[..., ::-1], np.asarray(pillow.convert("RGB")))
 
 
 def test_jpeg_without_its_end_marker_is_refused_not_filled_in():
     data = encode(render(["Cut short"]).image.resize((3000, 2000)), "JPEG")
     assert code_of(load_pages, data[: len(data) * 2 // 3], "image/jpeg", None, LIMITS) == "invalid_image"
+
+
+@pytest.mark.parametrize("orientation", [2, 3, 4, 5, 6, 7, 8])
+def test_every_exif_orientation_is_shown_upright(orientation):
+    # Quadrants of four colours, 120 x 80: stored turned or mirrored, read back upright with its size.
+    quads = {(0, 0): (255, 0, 0), (60, 0): (0, 255, 0), (0, 40): (0, 0, 255), (60, 40): (255, 255, 255)}
+    img = Image.new("RGB", (120, 80))
+    for (x, y), colour in quads.items():
+        img.paste(colour, (x, y, x + 60, y + 40))
+    [page] = load_pages(jpeg_with_orientation(img, orientation), "image/jpeg", None, LIMITS)
+    assert (page.width, page.height) == page.image.size == (120, 80)
+    for (x, y), colour in quads.items():
+        got = page.image.getpixel((x + 30, y + 20))
+        assert max(abs(a - b) for a, b in zip(got, colour, strict=True)) < 40, (x, y, got, colour)
 
 
 def test_exif_rotation_swaps_reported_size():
@@ -143,6 +178,9 @@ def test_pdf_page_at_the_object_bound_is_served_and_one_more_is_refused(forms, f
         load_pages(h.pdf_form_fills(forms, fills, extra + 1), "application/pdf", None, LIMITS)
     assert exc.value.code == "invalid_image"
     assert "PDF page 1 draws more than 100 000 objects" in exc.value.message
+    # The nesting is named only where forms were drawn: one level here, none on the flat page.
+    assert ("(form XObjects nested 1 deep)" in exc.value.message) == (forms > 0), exc.value.message
+    assert ("nested" in exc.value.message) == (forms > 0), exc.value.message
 
 
 def test_pdf_nested_forms_are_refused_before_anything_renders(monkeypatch):
@@ -219,3 +257,91 @@ def test_multipart_parsing_is_bounded():
         with pytest.raises(OcrError) as err:
             extract_multipart_file(body, ctype)
         assert err.value.code == "invalid_parameter" and why in err.value.message
+
+
+def test_a_page_of_max_pixels_is_read_and_one_pixel_more_is_refused():
+    limits = Limits(max_pixels=300 * 100, max_image_side=1540, max_pages=50, pdf_dpi=200)
+    [page] = load_pages(encode(Image.new("RGB", (300, 100), "white"), "PNG"), "image/png", None, limits)
+    assert page.image.size == (300, 100)
+    with pytest.raises(OcrError) as exc:
+        load_pages(encode(Image.new("RGB", (301, 100), "white"), "PNG"), "image/png", None, limits)
+    assert exc.value.code == "image_too_large"
+    assert exc.value.message == "page 1 is 301x100 = 30100 pixels; at most 30000"
+
+
+def test_a_selection_past_the_documents_end_names_its_last_page():
+    data = multipage_tiff([Image.new("RGB", (40, 30), "white")] * 3)
+    assert [p.number for p in load_pages(data, "image/tiff", [1, 3], LIMITS)] == [1, 3]
+    with pytest.raises(OcrError) as exc:
+        load_pages(data, "image/tiff", [1, 2, 9], LIMITS)
+    assert exc.value.code == "invalid_parameter"
+    assert exc.value.message == "page 9 is out of range: the document has 3 page(s)"
+
+
+def test_sixteen_bit_grey_keeps_its_high_byte():
+    # PNG's 16-bit samples to 8: the high byte (v >> 8), as numpy computes it here.
+    values = np.array([[0, 255, 256, 511, 32768, 51199, 65000, 65279, 65280, 65535]], dtype=np.uint16)
+    [page] = load_pages(encode(Image.fromarray(values), "PNG"), "image/png", None, LIMITS)
+    rgb = np.asarray(page.rgb())
+    assert rgb.shape == (1, 10, 3)
+    assert rgb[0, :, 0].tolist() == (values[0] >> 8).tolist() == [0, 0, 1, 1, 128, 199, 253, 254, 255, 255]
+    assert (rgb[..., 0] == rgb[..., 1]).all() and (rgb[..., 1] == rgb[..., 2]).all()
+
+
+def test_a_page_a_pixel_thin_keeps_a_pixel():
+    assert fit((4000, 1), 1540) == (1540, 1)
+    assert fit((1, 4000), 1540) == (1, 1540)
+    assert fit((3000, 1500), 1540) == (1540, 770)
+    [page] = load_pages(encode(Image.new("RGB", (4000, 1), "black"), "PNG"), "image/png", None, LIMITS)
+    assert page.image.size == (1540, 1) and (page.width, page.height) == (4000, 1)
+
+
+def test_a_whole_factor_shrink_is_the_mean_of_each_block():
+    # Noise shrunk 4x (wider than high: each side's own factor counts): each pixel the mean of its 4 x 4
+    # block, recomputed with numpy; a bilinear resize instead samples two of the four columns (off by tens).
+    noise = np.random.default_rng(7).integers(0, 256, (100, 400, 3), dtype=np.uint8)
+    mean = noise.reshape(25, 4, 100, 4, 3).mean(axis=(1, 3))
+    for got in (np.asarray(shrink(Image.fromarray(noise), (100, 25))), shrink_array(noise, 100)):
+        assert got.shape == (25, 100, 3)
+        assert np.abs(got.astype(float) - mean).max() <= 1.0
+
+
+@pytest.mark.parametrize(
+    ("declared", "code"),
+    [
+        ("image/png", "invalid_image"),  # a type we read, but the bytes are none of them
+        ("application/pdf", "invalid_image"),
+        ("", "invalid_image"),
+        ("application/octet-stream", "invalid_image"),
+        ("text/plain", "unsupported_media_type"),
+        ("image/gif", "unsupported_media_type"),
+    ],
+)
+def test_bytes_of_no_known_kind_are_refused_by_what_they_claim(declared, code):
+    assert code_of(classify, b"GIF89a not a page we read", declared) == code
+
+
+@pytest.mark.parametrize(
+    ("size", "shown"), [((3000, 1500), (1024, 512)), ((1024, 300), (1024, 300)), ((600, 40), (600, 40))]
+)
+def test_a_preview_is_the_page_within_its_side(size, shown):
+    assert PREVIEW_MAX_SIDE == 1024
+    data = encode(Image.new("RGB", size, "white"), "PNG")
+    [page] = load_pages(data, "image/png", None, LIMITS)
+    assert page.preview is None  # only when asked
+    [page] = load_pages(data, "image/png", None, LIMITS, preview=True)
+    head, _, b64 = page.preview.partition(",")
+    assert head == "data:image/jpeg;base64"
+    with Image.open(io.BytesIO(base64.b64decode(b64))) as shot:
+        assert (shot.format, shot.size) == ("JPEG", shown)
+
+
+def test_pages_are_counted_without_reading_them_up_to_the_bound():
+    white = Image.new("RGB", (40, 30), "white")
+    five_pages, tiff = pdf([white] * 5, dpi=72), multipage_tiff([white] * 3)
+    assert count_pages(five_pages, "application/pdf", 10) == 5
+    assert count_pages(five_pages, "application/pdf", 5) == 5
+    assert count_pages(five_pages, "application/pdf", 4) == 4
+    assert count_pages(tiff, "image/tiff", 10) == 3
+    assert count_pages(tiff, "image/tiff", 2) == 2
+    assert count_pages(encode(white, "PNG"), "image/png", 10) == 1

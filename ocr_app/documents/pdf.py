@@ -50,6 +50,8 @@ def _count_pdf_page_objects(page: pdfium.PdfPage) -> tuple[int, int]:
     if count > MAX_PDF_PAGE_OBJECTS:
         return count, 0
     forms = [(obj, 1) for i in range(count) if get_type(obj := raw.FPDFPage_GetObject(page, i)) == form_type]
+    # mutation: NumberReplacer equivalent because a form popped below sets it to at least 1, and with no form
+    # the count is the page's own (at most the bound here): no error names the nesting.
     deepest = 0
     while forms:
         form, level = forms.pop()  # depth first: the deepest nesting shows before the count runs out
