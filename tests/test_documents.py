@@ -6,6 +6,7 @@ import base64
 import io
 
 import numpy as np
+import pikepdf
 import pypdfium2 as pdfium
 import pytest
 from PIL import Image
@@ -250,10 +251,12 @@ def test_multipart_parsing_is_bounded():
     few = tiny * (MAX_MULTIPART_PARTS - 1) + file_part + b"--B--\r\n"
     assert extract_multipart_file(few, ctype) == (b"PNG", "")
     # Thousands of parts (the file last): refused at the first part past the bound.
+    one_more = tiny * MAX_MULTIPART_PARTS + file_part + b"--B--\r\n"
     many = tiny * 200_000 + file_part + b"--B--\r\n"
     headers = b"".join(b"X-H%d: v\r\n" % i for i in range(10_000))
     crowded = b'--B\r\nContent-Disposition: form-data; name="file"\r\n' + headers + b"\r\nPNG\r\n--B--\r\n"
-    for body, why in ((many, f"more than {MAX_MULTIPART_PARTS} parts"), (crowded, "header count")):
+    bound = f"more than {MAX_MULTIPART_PARTS} parts"
+    for body, why in ((one_more, bound), (many, bound), (crowded, "header count")):
         with pytest.raises(OcrError) as err:
             extract_multipart_file(body, ctype)
         assert err.value.code == "invalid_parameter" and why in err.value.message
@@ -345,3 +348,34 @@ def test_pages_are_counted_without_reading_them_up_to_the_bound():
     assert count_pages(tiff, "image/tiff", 10) == 3
     assert count_pages(tiff, "image/tiff", 2) == 2
     assert count_pages(encode(white, "PNG"), "image/png", 10) == 1
+
+
+def pdf_of_mediabox(box: list[int]) -> bytes:
+    doc = pikepdf.new()
+    doc.add_blank_page(page_size=(100, 100))
+    doc.pages[0].MediaBox = pikepdf.Array(box)
+    out = io.BytesIO()
+    doc.save(out)
+    return out.getvalue()
+
+
+def test_a_pdf_page_at_the_side_bound_is_read_and_one_point_more_is_refused():
+    [page] = load_pages(pdf_of_mediabox([0, 0, 14_400, 100]), "application/pdf", None, LIMITS)
+    # 14 400 x 100 pt at 200 dpi: 40 000 x 278 px, rendered within 1540 px (26 px a pixel, the height so).
+    assert page.image.size == (1540, 11) and page.width == 40_000 and abs(page.height - 278) < 26
+    for box in ([0, 0, 14_401, 100], [0, 0, 100, 14_401]):
+        with pytest.raises(OcrError) as exc:
+            load_pages(pdf_of_mediabox(box), "application/pdf", None, LIMITS)
+        assert exc.value.code == "invalid_image"
+        assert exc.value.message.startswith(
+            f"PDF page 1 is {box[2]} x {box[3]} pt: a page is at most 14 400 pt"
+        )
+    # A page of no area is not refused: PDFium reports US Letter for it (pdf.py relies on this).
+    for box in ([0, 0, 100, 0], [0, 0, 0, 100]):
+        [page] = load_pages(pdf_of_mediabox(box), "application/pdf", None, LIMITS)
+        assert (page.width, page.height) == (1700, 2200)
+
+
+def test_a_document_that_cannot_be_opened_cannot_be_counted():
+    assert code_of(count_pages, b"%PDF-1.4 garbage", "application/pdf", 10) == "invalid_image"
+    assert code_of(count_pages, b"\x89PNG\r\n\x1a\n garbage", "image/png", 10) == "invalid_image"

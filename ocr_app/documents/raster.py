@@ -99,6 +99,8 @@ def _prepare_frame(im: Image.Image, data: bytes, number: int, limits: Limits) ->
     if bgr is not None:
         bgr = shrink_array(bgr, limits.max_image_side)
         return PageImage(number, None, width, height, bgr=bgr)  # type: ignore[arg-type]
+    # mutation: ReplaceComparisonOperator_Gt_GtE equivalent because shrink() to an image's own size returns
+    # it as it is.
     if max(rgb.size) > limits.max_image_side:
         rgb = shrink(rgb, fit(rgb.size, limits.max_image_side))
     return PageImage(number, rgb, width, height)

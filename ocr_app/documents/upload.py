@@ -43,6 +43,8 @@ def parse_page_selection(spec: str | None, max_pages: int) -> list[int] | None:
         first, last = int(lo), int(hi or lo)
         if first < 1 or last < first:
             raise InvalidParameter(f"invalid page range {part.strip()!r}: pages start at 1")
+        # An early exit before a range's pages are built (`1-1000000000`); the count after the loop decides.
+        # mutation: ReplaceBinaryOperator_Add_Sub equivalent because a range 2 pages longer still fails below.
         if last - first + 1 > max_pages or len(pages) > max_pages:
             raise TooManyPages(f"at most {max_pages} pages per request")
         pages.update(range(first, last + 1))
