@@ -13,6 +13,7 @@ from PIL import Image
 
 from ..errors import InvalidParameter, TooManyPages
 
+# mutation: AddNot equivalent because the import also works at run time (the annotations are strings).
 if TYPE_CHECKING:
     from ..config import Settings
 
@@ -21,6 +22,7 @@ PREVIEW_MAX_SIDE = 1024
 PREVIEW_JPEG_QUALITY = 80
 
 
+# mutation: ReplaceTrueWithFalse equivalent because nothing assigns to a Limits or hashes one.
 @dataclass(frozen=True)
 class Limits:
     max_pixels: int
@@ -81,6 +83,8 @@ def preview_data_url(image: Image.Image) -> str:
 
 def from_bgr(bgr: np.ndarray) -> Image.Image:
     """An RGB image of OpenCV's pixels (one copy: Pillow unpacks BGR as it reads)."""
+    # mutation: NumberReplacer to `"BGR", 0, 0)` equivalent because Pillow's raw decoder reads a ystep of 0
+    # top down as it reads 1 (checked: the same pixels; -1 flips them).
     return Image.frombuffer("RGB", (bgr.shape[1], bgr.shape[0]), bgr, "raw", "BGR", 0, 1)
 
 
@@ -113,4 +117,5 @@ def shrink_array(bgr: np.ndarray, side: int) -> np.ndarray:
     size = fit((w, h), side)
     k = min(w // size[0], h // size[1])
     # INTER_AREA at a whole factor is the box filter (Pillow's reduce); OpenCV takes the rest of it too.
+    # mutation: NumberReplacer to `k >= 3` equivalent because at exactly 2x bilinear is the 2 x 2 mean too.
     return cv2.resize(bgr, size, interpolation=cv2.INTER_AREA if k >= 2 else cv2.INTER_LINEAR)

@@ -34,6 +34,10 @@ def _check_pdf_page_sizes(pdf: pdfium.PdfDocument, numbers: list[int]) -> None:
             w_pt, h_pt = pdf.get_page_size(number - 1)
         except pdfium.PdfiumError as err:
             raise _unloadable_page(number, err) from None
+        # PDFium never reports a side of 0 or less (a page of no area is US Letter: tests/test_documents.py):
+        # mutation: NumberReplacer to `-1 < w_pt` equivalent because of that;
+        # mutation: NumberReplacer to `-1 < h_pt` equivalent because of that;
+        # mutation: ReplaceComparisonOperator_Lt_LtE to `0 <=` equivalent because of that.
         if not (0 < w_pt <= MAX_PDF_PAGE_PT and 0 < h_pt <= MAX_PDF_PAGE_PT):
             raise InvalidDocument(
                 f"PDF page {number} is {w_pt:g} x {h_pt:g} pt: a page is at most 14 400 pt (200 in) a side"
@@ -58,6 +62,8 @@ def _count_pdf_page_objects(page: pdfium.PdfPage) -> tuple[int, int]:
         deepest = max(deepest, level)
         n = raw.FPDFFormObj_CountObjects(form)
         count += max(n, 0)
+        # mutation: ReplaceBreakWithContinue equivalent because the count is past the bound already, and the
+        # forms left on the stack are no deeper than the deepest seen: only more work, the same answer.
         if count > MAX_PDF_PAGE_OBJECTS:
             break
         for i in range(n):
@@ -104,6 +110,8 @@ def pdf_pages(data: bytes, selection: list[int] | None, limits: Limits) -> list[
                     # Render at pdf_dpi, but never beyond max_image_side: a poster-sized page must
                     # not allocate a poster-sized bitmap.
                     full = limits.pdf_dpi / 72.0
+                    # mutation: NumberReplacer equivalent because a side is positive (PDFium), and below
+                    # max_image_side / scale points the page renders at pdf_dpi whatever the floor.
                     scale = min(full, limits.max_image_side / max(w_pt, h_pt, 1.0))
                     image = page.render(scale=scale, may_draw_forms=True).to_pil().convert("RGB")
                 except pdfium.PdfiumError as err:

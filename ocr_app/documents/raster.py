@@ -40,6 +40,8 @@ def raster_pages(data: bytes, selection: list[int] | None, limits: Limits) -> li
         except (EOFError, OSError, SyntaxError, ValueError, TypeError, KeyError, IndexError) as err:
             raise InvalidDocument(f"cannot read image page {number}: {err}") from None
         page = _prepare_frame(im, data, number, limits)
+        # mutation: ReplaceComparisonOperator_Gt_GtE equivalent because a lone frame, copied, has the same
+        # pixels.
         if page.image is im and count > 1:  # the frame itself: the next seek would turn it into another
             page.image = im.copy()
         out.append(page)

@@ -45,6 +45,7 @@ def parse_page_selection(spec: str | None, max_pages: int) -> list[int] | None:
             raise InvalidParameter(f"invalid page range {part.strip()!r}: pages start at 1")
         # An early exit before a range's pages are built (`1-1000000000`); the count after the loop decides.
         # mutation: ReplaceBinaryOperator_Add_Sub equivalent because a range 2 pages longer still fails below.
+        # mutation: NumberReplacer to `+ 0 >` equivalent because a range 1 page longer still fails below.
         if last - first + 1 > max_pages or len(pages) > max_pages:
             raise TooManyPages(f"at most {max_pages} pages per request")
         pages.update(range(first, last + 1))
@@ -55,6 +56,7 @@ def parse_page_selection(spec: str | None, max_pages: int) -> list[int] | None:
 
 def sniff(data: bytes) -> str | None:
     """The media type from the document's magic bytes; clients' Content-Types are often wrong."""
+    # mutation: NumberReplacer equivalent because the checks below read its first 12 bytes.
     head = data[:16]
     if head.startswith(b"\x89PNG\r\n\x1a\n"):
         return "image/png"
