@@ -122,9 +122,9 @@ def test_jpeg_decoded_by_opencv_has_pillows_pixels(mode, size, drafted, out):
     assert np.array_equal(worker.bgr[..., ::-1], np.asarray(expected))
 
 
-@pytest.mark.parametrize("factor", [2, 4, 8])
+@pytest.mark.parametrize("factor", [1, 2, 4, 8])
 def test_every_draft_scale_takes_opencvs_path(factor):
-    """Each DCT scale libjpeg offers (1/2, 1/4, 1/8) is decoded by OpenCV in a decode worker (the array,
+    """Each DCT scale libjpeg offers (1, 1/2, 1/4, 1/8) is decoded by OpenCV in a decode worker (the array,
     no image), with the pixels of Pillow's draft decode."""
     limits = Limits(max_pixels=50_000_000, max_image_side=200, max_pages=50, pdf_dpi=200)
     data = encode(render(["Scale 8"]).image.resize((200 * factor, 150 * factor)), "JPEG")
@@ -379,3 +379,38 @@ def test_a_pdf_page_at_the_side_bound_is_read_and_one_point_more_is_refused():
 def test_a_document_that_cannot_be_opened_cannot_be_counted():
     assert code_of(count_pages, b"%PDF-1.4 garbage", "application/pdf", 10) == "invalid_image"
     assert code_of(count_pages, b"\x89PNG\r\n\x1a\n garbage", "image/png", 10) == "invalid_image"
+
+
+@pytest.mark.parametrize(
+    ("data", "expected"),
+    [
+        (b"RIFF\x24\x00\x00\x00WEBPVP8 ", "image/webp"),
+        (b"RIFF\x24\x00\x00\x00WAVEfmt ", None),  # a RIFF of another kind
+        (b"RIFX\x24\x00\x00\x00WEBPVP8 ", None),
+        (
+            b" " * 1019 + b"%PDF-1.7",
+            "application/pdf",
+        ),  # the header may start anywhere in the first 1024 bytes
+        (b" " * 1020 + b"%PDF-1.7", None),  # ... and end there
+    ],
+)
+def test_sniffing_at_the_edges_of_the_magic(data, expected):
+    if expected is None:
+        assert code_of(classify, data, "") == "invalid_image"
+    else:
+        assert classify(data, "") == expected
+
+
+def test_a_transparent_palette_page_is_on_white_paper():
+    img = Image.new("P", (40, 30), 0)
+    img.putpalette([0, 0, 0, 200, 0, 0] + [0] * 762)
+    img.paste(1, (0, 0, 20, 30))  # the left half red, the right half index 0: black, and transparent
+    img.info["transparency"] = 0
+    [page] = load_pages(encode(img, "PNG"), "image/png", None, LIMITS)
+    assert page.image.getpixel((5, 15)) == (200, 0, 0)
+    assert page.image.getpixel((35, 15)) == (255, 255, 255)
+
+
+def test_a_pdf_page_one_point_wide_is_read():
+    [page] = load_pages(pdf_of_mediabox([0, 0, 1, 100]), "application/pdf", None, LIMITS)
+    assert page.image.size == (3, 278)
