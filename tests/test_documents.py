@@ -6,7 +6,6 @@ import base64
 import io
 
 import numpy as np
-import pikepdf
 import pypdfium2 as pdfium
 import pytest
 from PIL import Image
@@ -51,6 +50,7 @@ def test_page_selection_at_max_pages_and_one_past():
     # 50 pages selected: at the limit; 51, in one range or over several: one past it.
     assert parse_page_selection("1-50", 50) == list(range(1, 51))
     assert parse_page_selection("1-25,26-49,50", 50) == list(range(1, 51))
+    assert parse_page_selection("1-50,50,3-4", 50) == list(range(1, 51))  # pages named twice count once
     assert code_of(parse_page_selection, "1-51", 50) == "too_many_pages"
     assert code_of(parse_page_selection, "1-25,26-50,51", 50) == "too_many_pages"
     assert code_of(parse_page_selection, ",".join(str(n) for n in range(1, 52)), 50) == "too_many_pages"
@@ -351,12 +351,7 @@ def test_pages_are_counted_without_reading_them_up_to_the_bound():
 
 
 def pdf_of_mediabox(box: list[int]) -> bytes:
-    doc = pikepdf.new()
-    doc.add_blank_page(page_size=(100, 100))
-    doc.pages[0].MediaBox = pikepdf.Array(box)
-    out = io.BytesIO()
-    doc.save(out)
-    return out.getvalue()
+    return h.text_pdf(media_box=b" ".join(b"%d" % n for n in box))
 
 
 def test_a_pdf_page_at_the_side_bound_is_read_and_one_point_more_is_refused():
@@ -387,10 +382,8 @@ def test_a_document_that_cannot_be_opened_cannot_be_counted():
         (b"RIFF\x24\x00\x00\x00WEBPVP8 ", "image/webp"),
         (b"RIFF\x24\x00\x00\x00WAVEfmt ", None),  # a RIFF of another kind
         (b"RIFX\x24\x00\x00\x00WEBPVP8 ", None),
-        (
-            b" " * 1019 + b"%PDF-1.7",
-            "application/pdf",
-        ),  # the header may start anywhere in the first 1024 bytes
+        # the header may start anywhere in the first 1024 bytes ...
+        (b" " * 1019 + b"%PDF-1.7", "application/pdf"),
         (b" " * 1020 + b"%PDF-1.7", None),  # ... and end there
     ],
 )
@@ -408,6 +401,21 @@ def test_a_transparent_palette_page_is_on_white_paper():
     img.info["transparency"] = 0
     [page] = load_pages(encode(img, "PNG"), "image/png", None, LIMITS)
     assert page.image.getpixel((5, 15)) == (200, 0, 0)
+    assert page.image.getpixel((35, 15)) == (255, 255, 255)
+
+
+@pytest.mark.parametrize(
+    ("mode", "ink", "key"),
+    [("RGB", (200, 0, 0), (0, 0, 0)), ("L", 90, 0)],
+)
+def test_a_png_with_a_colour_key_is_on_white_paper(mode, ink, key):
+    """An RGB or grey PNG marks its transparent pixels by one colour (a tRNS chunk), here black."""
+    img = Image.new(mode, (40, 30), key)
+    img.paste(ink, (0, 0, 20, 30))
+    data = encode(img, "PNG", transparency=key)
+    assert b"tRNS" in data  # the key is in the file, not only in Pillow's info
+    [page] = load_pages(data, "image/png", None, LIMITS)
+    assert page.image.getpixel((5, 15)) == (ink if mode == "RGB" else (ink,) * 3)
     assert page.image.getpixel((35, 15)) == (255, 255, 255)
 
 

@@ -57,13 +57,14 @@ def full_disk(fleet, load: Load, host: str, client) -> None:
     assert lb_servers(fleet)[host]["status"] == "UP"
     # nginx must never see the tmpfs without its directories (a body it cannot buffer is a 500, the load's
     # request would fail): the tmpfs is made ready on STAGE, bound over MOUNT whole, and unmounted from STAGE.
-    fleet.lab.exec(host, ["mkdir", "-p", STAGE])
-    fleet.lab.exec(host, ["mount", "-t", "tmpfs", "-o", f"size={SIZE_MIB}m,mode=0755", "tmpfs", STAGE])
-    for d in NGINX_TEMP:
-        fleet.lab.exec(host, ["install", "-d", "-o", "www-data", "-g", "root", "-m", "0700", f"{STAGE}/{d}"])
-    fleet.lab.exec(host, ["mount", "--bind", STAGE, MOUNT])
-    fleet.lab.exec(host, ["umount", STAGE])
     try:
+        fleet.lab.exec(host, ["mkdir", "-p", STAGE])
+        fleet.lab.exec(host, ["mount", "-t", "tmpfs", "-o", f"size={SIZE_MIB}m,mode=0755", "tmpfs", STAGE])
+        for d in NGINX_TEMP:
+            argv = ["install", "-d", "-o", "www-data", "-g", "root", "-m", "0700", f"{STAGE}/{d}"]
+            fleet.lab.exec(host, argv)
+        fleet.lab.exec(host, ["mount", "--bind", STAGE, MOUNT])
+        fleet.lab.exec(host, ["umount", STAGE])
         wait_until(
             lambda: health(fleet, host)["status"] == "ready", 60, f"{host} ready on the new {MOUNT}", 0.2
         )
@@ -104,8 +105,12 @@ def full_disk(fleet, load: Load, host: str, client) -> None:
             assert misread(small, r.json()["pages"][0]["text"]) is None, r.text[:300]
         say(f"{host}: {MOUNT} full: a 2 MB body got JSON 503 host_unavailable, a small one 200")
     finally:
-        fleet.lab.exec(host, ["rm", "-f", FILL, f"{FILL}-2"])
-        fleet.lab.exec(host, ["umount", "-l", MOUNT])
+        # Whatever step failed: the host's own /var/lib/nginx back, the staging tmpfs gone (either may
+        # already be so, hence check=False).
+        fleet.lab.exec(host, ["rm", "-f", FILL, f"{FILL}-2"], check=False)
+        if fleet.lab.exec(host, ["mountpoint", "-q", MOUNT], check=False).returncode == 0:
+            fleet.lab.exec(host, ["umount", "-l", MOUNT])
+        fleet.lab.exec(host, ["umount", "-l", STAGE], check=False)
     freed_at = time.monotonic()
     wait_until(lambda: lb_servers(fleet)[host]["status"] == "UP", 120, f"{host} UP again", 0.2)
     say(f"{host}: space freed, UP in HAProxy {time.monotonic() - freed_at:.1f} s later")
