@@ -33,6 +33,8 @@ SOURCES = {
     "haproxy_": "haproxy",
     "node_": "node",
     "pg_": "postgres",
+    "patroni_": "patroni",
+    "etcd_": "etcd",
     "up": "prometheus",
 }
 
