@@ -107,6 +107,10 @@ def _progress_handler(progress: Progress | None, started: float) -> Callable[[di
     return handle
 
 
+# patronictl on a job database host (role postgresql's configuration).
+PATRONICTL = ["patronictl", "--config-file", "/etc/patroni/config.yml"]
+
+
 @dataclass
 class Fleet:
     lab: Lab
@@ -116,6 +120,22 @@ class Fleet:
     @property
     def apps(self) -> list[str]:
         return [h.name for h in self.lab.hosts if h.name.startswith("app-")]
+
+    @property
+    def dbs(self) -> list[str]:
+        return [h.name for h in self.lab.hosts if h.name.startswith("db-")]
+
+    def db_leader(self) -> str | None:
+        """The job database host that takes writes: the only one, or Patroni's leader (asked of each database
+        host in turn: one may be down); None while there is none (a failover)."""
+        if len(self.dbs) == 1:
+            return self.dbs[0]
+        for host in self.dbs:
+            r = self.lab.exec(host, [*PATRONICTL, "list", "--format", "json"], check=False)
+            if r.returncode == 0:
+                leaders = [m["Member"] for m in json.loads(r.stdout) if m["Role"] == "Leader"]
+                return leaders[0] if leaders else None
+        return None
 
     @property
     def lb_address(self) -> str:
@@ -206,10 +226,17 @@ class Fleet:
 
 
 def up(
-    name: str, apps: int, state: Path, *, progress: Progress | None = None, extravars: dict | None = None
+    name: str,
+    apps: int,
+    state: Path,
+    *,
+    progress: Progress | None = None,
+    extravars: dict | None = None,
+    dbs: int = 1,
 ) -> Fleet:
-    """Boot `apps` app hosts, one load balancer, one monitoring host (Prometheus, Alertmanager) and one job
-    database host (PostgreSQL), then converge site.yml on them (CPU engine)."""
+    """Boot `apps` app hosts, one load balancer, one monitoring host (Prometheus, Alertmanager) and `dbs` job
+    database hosts (PostgreSQL; two or more: under Patroni, with etcd on them and the monitoring host), then
+    converge site.yml on them (CPU engine)."""
     state.mkdir(parents=True, exist_ok=True)
     os.chmod(state, 0o700)
     key_file = state / "api-key"
@@ -219,8 +246,13 @@ def up(
     key = key_file.read_text().strip()
     require_model()
     if progress:
-        progress(f"booting {apps} app hosts, a load balancer, monitoring and a database (lab {name!r})")
-    lab = L.up(name, hosts=[f"app-{i}" for i in range(1, apps + 1)] + ["lb-1", "mon-1", "db-1"])
+        progress(
+            f"booting {apps} app hosts, a load balancer, monitoring and {dbs} database host(s) (lab {name!r})"
+        )
+    hosts = (
+        [f"app-{i}" for i in range(1, apps + 1)] + ["lb-1", "mon-1"] + [f"db-{i}" for i in range(1, dbs + 1)]
+    )
+    lab = L.up(name, hosts=hosts)
     fleet = Fleet(lab=lab, state=state, key=key)
     fleet.vars_file.write_text(json.dumps(fleet.extravars(), indent=2) + "\n")  # JSON is YAML
     os.chmod(fleet.vars_file, 0o600)

@@ -1,7 +1,7 @@
 """`make demo`: a local OCR fleet in the lab — app hosts behind an HAProxy load balancer, real systemd
 hosts (systemd-nspawn) converged with site.yml and the CPU engine — then an OCR through the load balancer.
 
-    scripts/demo.py up [--apps N]     build what is missing, boot, converge, OCR a sample (root)
+    scripts/demo.py up [--apps N] [--dbs N]   build what is missing, boot, converge, OCR a sample (root)
     scripts/demo.py down              tear the demo's hosts down (`make demo-down`)
 
 make test-fleet brings its fleet up with this script too (`--lab fleet --apps 3`).
@@ -55,12 +55,13 @@ def up(args: argparse.Namespace) -> int:
         say("building the lab's Debian image (once; cached in /var/cache/ocrfleet-lab)")
         build_image()
     progress = Progress()
+    dbs = "a job database host" if args.dbs == 1 else f"{args.dbs} job database hosts (Patroni)"
     say(
-        f"booting {args.apps} app hosts, a load balancer, a monitoring and a job database host, then "
-        "converging site.yml (CPU engine)"
+        f"booting {args.apps} app hosts, a load balancer, a monitoring host and {dbs}, then converging "
+        "site.yml (CPU engine)"
     )
     try:
-        fleet = F.up(args.lab, args.apps, state, progress=progress)
+        fleet = F.up(args.lab, args.apps, state, progress=progress, dbs=args.dbs)
     except F.PlaybookFailed as err:
         progress.done()
         say(str(err))
@@ -90,7 +91,9 @@ def up(args: argparse.Namespace) -> int:
                    playbooks/upgrade.yml -e @{fleet.vars_file}
   Hosts:         python3 -m lab ssh {args.lab} app-1   (journalctl -u 'ocr-app@*')
   Monitoring:    python3 -m lab ssh {args.lab} mon-1   (Prometheus on 127.0.0.1:9090, Alertmanager on :9093)
-  Job database:  python3 -m lab ssh {args.lab} db-1    (PostgreSQL 15; nightly pg_dump in /var/backups)
+  Job database:  python3 -m lab ssh {args.lab} db-1    (PostgreSQL 15; nightly pg_dump in /var/backups{
+            "" if args.dbs == 1 else "; patronictl -c /etc/patroni/config.yml list"
+        })
   Stop:          {"make demo-down" if args.lab == "demo" else f"scripts/demo.py --lab {args.lab} down"}
 """
     )
@@ -110,6 +113,9 @@ def main() -> int:
     sub = ap.add_subparsers(dest="cmd", required=True)
     p = sub.add_parser("up", help="boot and converge the demo fleet, then OCR a sample through it")
     p.add_argument("--apps", type=int, default=2, help="app hosts behind the load balancer (default 2)")
+    p.add_argument(
+        "--dbs", type=int, default=1, help="job database hosts (default 1; 2: replicated, Patroni and etcd)"
+    )
     sub.add_parser("down", help="tear the demo fleet down")
     args = ap.parse_args()
     if os.geteuid() != 0:

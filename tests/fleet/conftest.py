@@ -28,6 +28,7 @@ LAB = os.environ.get("OCRFLEET_FLEET_LAB", "fleet")
 # One more than make demo's default: on 2 hosts the load's 2 clients keep app-1's one instance busy
 # throughout, so it takes no job page beside them; on 3, leastconn leaves a different host quiet each moment.
 APPS = 3
+DBS = 2  # a replicated job database: Patroni, etcd on both and on mon-1
 MULTI = "app-2"  # runs ocr-app@0..1 (inventory/lab/host_vars/app-2.yml)
 MULTI_INSTANCES = 2
 
@@ -175,7 +176,7 @@ def fleet(tmp_path_factory):
         # `make demo`'s own script brings the fleet up: the demo is tested here.
         demo = subprocess.run(
             [sys.executable, str(ROOT / "scripts" / "demo.py"), "--state", str(state), "--lab", LAB,
-             "up", "--apps", str(APPS)],
+             "up", "--apps", str(APPS), "--dbs", str(DBS)],
             capture_output=True, text=True, timeout=BRING_UP_S,
         )  # fmt: skip
         assert demo.returncode == 0, demo.stdout[-4000:] + demo.stderr[-2000:]
@@ -183,8 +184,8 @@ def fleet(tmp_path_factory):
         for expected in ("invoice No. 2048", "Ada Lovelace", f"Load balancer: {fl.lb_url}", fl.key):
             assert expected in demo.stdout, demo.stdout[-3000:]
         say(
-            f"scripts/demo.py: {APPS} app hosts + 1 load balancer + 1 monitoring + 1 database host up in "
-            f"{time.monotonic() - start:.0f} s"
+            f"scripts/demo.py: {APPS} app hosts + 1 load balancer + 1 monitoring + {DBS} database hosts up "
+            f"in {time.monotonic() - start:.0f} s"
         )
         yield fl
     finally:

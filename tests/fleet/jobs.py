@@ -15,11 +15,16 @@ import httpx
 from httpx_sse import SSEError, connect_sse
 
 from lab import fleet as F
+from lab.base import wait_until
 from tests.docs import pdf, render
 from tests.fleet.conftest import say
 
-DB_HOST = "db-1"
 DATABASE = "ocr"  # the postgresql role's postgresql_database
+
+
+def db_leader(fleet: F.Fleet, timeout: float = 120) -> str:
+    """The job database host taking writes now, waiting out a failover."""
+    return wait_until(fleet.db_leader, timeout, "a job database leader", 1.0)
 
 
 # Lines that make a page cost more OCR without a digit to misread: letters OCR does not take for digits.
@@ -113,10 +118,11 @@ class FleetJob:
         return {"job_pages_lost": lost, "job_pages_duplicated": duplicated, "pages": len(got)}
 
     def sql(self, query: str) -> list[list[str]]:
-        """Rows of a query about this job (`:'job'` in it), run on the database host by psql."""
+        """Rows of a query about this job (`:'job'` in it), run by psql on the database host that takes writes
+        (Patroni's leader: a standby may not have replayed the last commits yet)."""
         argv = ["runuser", "-u", "postgres", "--", "psql", "-d", DATABASE, "-AtF", "\t"]
         argv += ["-v", f"job={self.job_id}"]
-        out = self.fleet.lab.exec(DB_HOST, argv, input=query).stdout
+        out = self.fleet.lab.exec(db_leader(self.fleet), argv, input=query).stdout
         return [line.split("\t") for line in out.splitlines() if line]
 
     def shares(self) -> dict[str, int]:
