@@ -2,8 +2,8 @@
 """Ansible inventory of a running nspawn lab (lab/): `ansible-playbook -i inventory/lab site.yml`.
 
 The lab is `$OCRFLEET_LAB_NAME` (default `site`). Hosts are grouped by name: `app-N` -> ocr_servers,
-`lb-N` -> ocr_lb, `mon-N` -> monitoring, `db-N` -> ocr_db (with two or more, group etcd too). Connection settings come from the lab's own state
-(key, addresses, apt proxy).
+`lb-N` -> ocr_lb, `mon-N` -> monitoring, `db-N` -> ocr_db (two or more: group etcd too). Connection
+settings come from the lab's own state (key, addresses, apt proxy).
 """
 
 import json
@@ -34,8 +34,8 @@ def inventory() -> dict:
         if group:
             groups[group].append(h.name)
         hostvars[h.name] = {"ansible_host": h.address}
-    # Two or more database hosts: a replicated job database (Patroni), whose etcd members are the database hosts
-    # and the first monitoring host (an odd number: one more database host than that is left out).
+    # Two or more database hosts: a replicated job database (Patroni), whose etcd members are the database
+    # hosts and the first monitoring host (an odd number: one more database host than that is left out).
     if len(groups["ocr_db"]) >= 2:
         members = groups["ocr_db"] + groups["monitoring"][:1]
         groups["etcd"] = members if len(members) % 2 else members[:-1]

@@ -137,7 +137,8 @@ def _decode_jpeg_bgr(im: Image.Image, data: bytes, orientation: int) -> np.ndarr
 def _to_rgb(im: Image.Image) -> Image.Image:
     if im.mode in ("RGBA", "LA", "PA") or (im.mode in ("P", "RGB", "L", "1") and "transparency" in im.info):
         # Transparent pixels are often black: put the page on white paper, as a viewer would. A palette
-        # marks them by index, an RGB or grey PNG by a colour key (its tRNS chunk): Pillow's RGBA honours both.
+        # marks them by index, an RGB or grey PNG by a colour key (its tRNS chunk): Pillow's RGBA honours
+        # both.
         rgba = im.convert("RGBA")
         page = Image.new("RGB", rgba.size, "white")
         page.paste(rgba, mask=rgba.getchannel("A"))
