@@ -169,8 +169,18 @@ def test_pdf_poster_page_is_rendered_within_max_side():
     assert (page.width, page.height) == (40000, 20000)
 
 
-# Through one form drawn 100 times (each invocation its own copies), and flat on the page.
-@pytest.mark.parametrize(("forms", "fills", "extra"), [(100, 999, 0), (0, 0, MAX_PDF_PAGE_OBJECTS)])
+# Through one form drawn 100 times (each invocation its own copies), flat on the page, through 100 empty
+# forms (each counts itself, nothing more), and with the page's own objects one short of the bound, a form
+# among them (one more fill there: the page's own count reaches the bound, its form's fill goes past it).
+@pytest.mark.parametrize(
+    ("forms", "fills", "extra"),
+    [
+        (100, 999, 0),
+        (0, 0, MAX_PDF_PAGE_OBJECTS),
+        (100, 0, MAX_PDF_PAGE_OBJECTS - 100),
+        (1, 1, MAX_PDF_PAGE_OBJECTS - 2),
+    ],
+)
 def test_pdf_page_at_the_object_bound_is_served_and_one_more_is_refused(forms, fills, extra):
     assert forms * (1 + fills) + extra == MAX_PDF_PAGE_OBJECTS == 100_000
     [page] = load_pages(h.pdf_form_fills(forms, fills, extra), "application/pdf", None, LIMITS)
@@ -179,9 +189,11 @@ def test_pdf_page_at_the_object_bound_is_served_and_one_more_is_refused(forms, f
         load_pages(h.pdf_form_fills(forms, fills, extra + 1), "application/pdf", None, LIMITS)
     assert exc.value.code == "invalid_image"
     assert "PDF page 1 draws more than 100 000 objects" in exc.value.message
-    # The nesting is named only where forms were drawn: one level here, none on the flat page.
-    assert ("(form XObjects nested 1 deep)" in exc.value.message) == (forms > 0), exc.value.message
-    assert ("nested" in exc.value.message) == (forms > 0), exc.value.message
+    # The nesting is named only where forms were walked: one level here, none on the flat page nor where the
+    # page's own objects (each form drawn counts one) are past the bound already.
+    walked = forms > 0 and forms + extra + 1 <= MAX_PDF_PAGE_OBJECTS
+    assert ("(form XObjects nested 1 deep)" in exc.value.message) == walked, exc.value.message
+    assert ("nested" in exc.value.message) == walked, exc.value.message
 
 
 def test_pdf_nested_forms_are_refused_before_anything_renders(monkeypatch):

@@ -61,6 +61,8 @@ def _count_pdf_page_objects(page: pdfium.PdfPage) -> tuple[int, int]:
         form, level = forms.pop()  # depth first: the deepest nesting shows before the count runs out
         deepest = max(deepest, level)
         n = raw.FPDFFormObj_CountObjects(form)
+        # mutation: NumberReplacer to `max(n, -1)` equivalent because PDFium answers -1 only for an object
+        # that is not a form, and every object here is one.
         count += max(n, 0)
         # mutation: ReplaceBreakWithContinue equivalent because the count is past the bound already, and the
         # forms left on the stack are no deeper than the deepest seen: only more work, the same answer.

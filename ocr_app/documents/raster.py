@@ -84,12 +84,16 @@ def _prepare_frame(im: Image.Image, data: bytes, number: int, limits: Limits) ->
         longest = max(raw_w, raw_h)
         # mutation: ReplaceAndWithOr equivalent because Pillow's draft does nothing to other formats, and a
         # JPEG within the side keeps scale 1 (the pixels are the whole decode's either way).
+        # mutation: ReplaceComparisonOperator_Gt_GtE equivalent because a JPEG of exactly the side keeps
+        # scale 1 too.
         if im.format == "JPEG" and longest > limits.max_image_side:
             # Decode at 1/2, 1/4 or 1/8 scale straight from the DCT: a 12 MP photo costs a 3 MP decode.
             im.draft("RGB", fit(im.size, limits.max_image_side))
         bgr = _decode_jpeg_bgr(im, data, orientation)
         if bgr is None:
             im.load()
+            # mutation: NumberReplacer to `!= 0` equivalent because exif_transpose of orientation 1 (or of
+            # none) is a copy of the same pixels.
             if orientation != 1:
                 im = ImageOps.exif_transpose(im)
             rgb = _to_rgb(im)
