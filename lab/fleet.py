@@ -24,6 +24,8 @@ import httpx
 import yaml
 
 from . import lab as L
+from .base import LabError
+from .net import lb_service_address
 from .state import Lab
 from .state import load as load_lab
 
@@ -138,8 +140,30 @@ class Fleet:
         return None
 
     @property
+    def lbs(self) -> list[str]:
+        return [h.name for h in self.lab.hosts if h.name.startswith("lb-")]
+
+    @property
     def lb_address(self) -> str:
-        return self.lab.host("lb-1").address
+        """Where clients reach the service: the one LB, or the address a pair shares (keepalived)."""
+        if len(self.lbs) == 1:
+            return self.lab.host(self.lbs[0]).address
+        return lb_service_address(self.lab.subnet)
+
+    def lb_holder(self) -> str | None:
+        """The LB that serves clients: the only one, or the one holding the service address (asked of each
+        LB in turn: one may be down); None while none holds it."""
+        if len(self.lbs) == 1:
+            return self.lbs[0]
+        address = lb_service_address(self.lab.subnet)
+        for host in self.lbs:
+            try:
+                r = self.lab.exec(host, ["ip", "-4", "-o", "addr", "show", "to", address], check=False)
+            except LabError:  # the host is down
+                continue
+            if r.returncode == 0 and r.stdout.strip():
+                return host
+        return None
 
     @property
     def lb_url(self) -> str:
@@ -233,10 +257,12 @@ def up(
     progress: Progress | None = None,
     extravars: dict | None = None,
     dbs: int = 1,
+    lbs: int = 1,
 ) -> Fleet:
-    """Boot `apps` app hosts, one load balancer, one monitoring host (Prometheus, Alertmanager) and `dbs` job
-    database hosts (PostgreSQL; two or more: under Patroni, with etcd on them and the monitoring host), then
-    converge site.yml on them (CPU engine)."""
+    """Boot `apps` app hosts, `lbs` load balancers (two or more: a pair sharing the service address through
+    keepalived), one monitoring host (Prometheus, Alertmanager) and `dbs` job database hosts (PostgreSQL; two
+    or more: under Patroni, with etcd on them and the monitoring host), then converge site.yml on them (CPU
+    engine)."""
     state.mkdir(parents=True, exist_ok=True)
     os.chmod(state, 0o700)
     key_file = state / "api-key"
@@ -247,10 +273,14 @@ def up(
     require_model()
     if progress:
         progress(
-            f"booting {apps} app hosts, a load balancer, monitoring and {dbs} database host(s) (lab {name!r})"
+            f"booting {apps} app hosts, {lbs} load balancer(s), monitoring and {dbs} database host(s) "
+            f"(lab {name!r})"
         )
     hosts = (
-        [f"app-{i}" for i in range(1, apps + 1)] + ["lb-1", "mon-1"] + [f"db-{i}" for i in range(1, dbs + 1)]
+        [f"app-{i}" for i in range(1, apps + 1)]
+        + [f"lb-{i}" for i in range(1, lbs + 1)]
+        + ["mon-1"]
+        + [f"db-{i}" for i in range(1, dbs + 1)]
     )
     lab = L.up(name, hosts=hosts)
     fleet = Fleet(lab=lab, state=state, key=key)

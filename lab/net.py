@@ -27,6 +27,11 @@ def svc_address() -> str:
     return str(lab_net().network_address + 1)
 
 
+def lb_service_address(subnet: str) -> str:
+    """The address two or more LBs of a lab share (keepalived): .200 of its /24 (hosts are from .10)."""
+    return str(ipaddress.ip_network(subnet)[200])
+
+
 def _short(name: str) -> str:
     # Interface names are limited to 15 chars: "ocrlab-" + 8.
     return name if len(name) <= 8 else hashlib.sha256(name.encode()).hexdigest()[:8]

@@ -1,7 +1,8 @@
 """`make demo`: a local OCR fleet in the lab — app hosts behind an HAProxy load balancer, real systemd
 hosts (systemd-nspawn) converged with site.yml and the CPU engine — then an OCR through the load balancer.
 
-    scripts/demo.py up [--apps N] [--dbs N]   build what is missing, boot, converge, OCR a sample (root)
+    scripts/demo.py up [--apps N] [--dbs N] [--lbs N]
+                                      build what is missing, boot, converge, OCR a sample (root)
     scripts/demo.py down              tear the demo's hosts down (`make demo-down`)
 
 make test-fleet brings its fleet up with this script too (`--lab fleet --apps 3`).
@@ -56,12 +57,13 @@ def up(args: argparse.Namespace) -> int:
         build_image()
     progress = Progress()
     dbs = "a job database host" if args.dbs == 1 else f"{args.dbs} job database hosts (Patroni)"
+    lbs = "a load balancer" if args.lbs == 1 else f"{args.lbs} load balancers (keepalived)"
     say(
-        f"booting {args.apps} app hosts, a load balancer, a monitoring host and {dbs}, then converging "
+        f"booting {args.apps} app hosts, {lbs}, a monitoring host and {dbs}, then converging "
         "site.yml (CPU engine)"
     )
     try:
-        fleet = F.up(args.lab, args.apps, state, progress=progress, dbs=args.dbs)
+        fleet = F.up(args.lab, args.apps, state, progress=progress, dbs=args.dbs, lbs=args.lbs)
     except F.PlaybookFailed as err:
         progress.done()
         say(str(err))
@@ -116,6 +118,7 @@ def main() -> int:
     p.add_argument(
         "--dbs", type=int, default=1, help="job database hosts (default 1; 2: replicated, Patroni and etcd)"
     )
+    p.add_argument("--lbs", type=int, default=1, help="load balancers (default 1; 2: a pair, keepalived)")
     sub.add_parser("down", help="tear the demo fleet down")
     args = ap.parse_args()
     if os.geteuid() != 0:

@@ -2,10 +2,11 @@
 """Ansible inventory of a running nspawn lab (lab/): `ansible-playbook -i inventory/lab site.yml`.
 
 The lab is `$OCRFLEET_LAB_NAME` (default `site`). Hosts are grouped by name: `app-N` -> ocr_servers,
-`lb-N` -> ocr_lb, `mon-N` -> monitoring, `db-N` -> ocr_db (two or more: group etcd too). Connection
-settings come from the lab's own state (key, addresses, apt proxy).
+`lb-N` -> ocr_lb (two or more: a pair sharing the service address), `mon-N` -> monitoring, `db-N` -> ocr_db
+(two or more: group etcd too). Connection settings come from the lab's own state (key, addresses, apt proxy).
 """
 
+import ipaddress
 import json
 import os
 import sys
@@ -14,6 +15,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 from lab.base import LabError  # noqa: E402
+from lab.net import lb_service_address  # noqa: E402
 from lab.state import load  # noqa: E402
 
 GROUPS = {"app": "ocr_servers", "lb": "ocr_lb", "mon": "monitoring", "db": "ocr_db"}
@@ -41,8 +43,17 @@ def inventory() -> dict:
         groups["etcd"] = members if len(members) % 2 else members[:-1]
     else:
         groups["etcd"] = []
+    group_vars: dict[str, dict] = {g: {} for g in groups}
+    # Two or more LBs: keepalived holds the service address on one of them; their certificates name it.
+    if len(groups["ocr_lb"]) >= 2:
+        address = lb_service_address(lab.subnet)
+        prefix = ipaddress.ip_network(lab.subnet).prefixlen
+        group_vars["ocr_lb"] = {
+            "keepalived_virtual_address": f"{address}/{prefix}",
+            "ocr_lb_server_names": [address],
+        }
     return {
-        **{g: {"hosts": hosts} for g, hosts in groups.items()},
+        **{g: {"hosts": hosts, "vars": group_vars[g]} for g, hosts in groups.items()},
         "all": {
             "vars": {
                 "ansible_user": "root",

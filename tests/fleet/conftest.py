@@ -1,6 +1,6 @@
-"""The fleet the scenarios of `make test-fleet` share: 3 app hosts, HAProxy, monitoring and a database host,
-brought up once by `make demo`'s own script, as `make demo` brings it up (so the demo is tested too), torn
-down at the end of the session.
+"""The fleet the scenarios of `make test-fleet` share: 3 app hosts, two LBs (HAProxy, keepalived), monitoring
+and two database hosts (Patroni), brought up once by `make demo`'s own script, as `make demo` brings it up (so
+the demo is tested too), torn down at the end of the session.
 
 OCRFLEET_FLEET_LAB names the lab (default `fleet`), so that two runs on one machine do not collide.
 """
@@ -29,6 +29,7 @@ LAB = os.environ.get("OCRFLEET_FLEET_LAB", "fleet")
 # throughout, so it takes no job page beside them; on 3, leastconn leaves a different host quiet each moment.
 APPS = 3
 DBS = 2  # a replicated job database: Patroni, etcd on both and on mon-1
+LBS = 2  # a pair of load balancers sharing the service address (keepalived)
 MULTI = "app-2"  # runs ocr-app@0..1 (inventory/lab/host_vars/app-2.yml)
 MULTI_INSTANCES = 2
 
@@ -53,6 +54,8 @@ BRING_UP_S = 1800  # scripts/demo.py's own limit below
 # a cut asserts what is read, not how soon (its waits are bounded polls; the alert times it prints are
 # longer under load): it fills the time test-app would otherwise keep the timed tests waiting.
 UNTIMED_FIRST = ("test_converged.py", "test_jobs.py")
+# Run last: it kills an LB host for good (the lab's hosts come back only by a new bring-up).
+LAST = ("test_lb_pair.py",)
 
 
 # `make test` names the stages that run beside this one (OCRFLEET_BESIDE) and the file each stage's name is
@@ -104,7 +107,12 @@ def _timed_tests_run_alone(request):
 
 def pytest_collection_modifyitems(items):
     here = Path(__file__).parent
-    items.sort(key=lambda item: item.path.is_relative_to(here) and item.path.name not in UNTIMED_FIRST)
+    items.sort(
+        key=lambda item: (
+            item.path.is_relative_to(here) and item.path.name not in UNTIMED_FIRST,
+            item.path.is_relative_to(here) and item.path.name in LAST,
+        )
+    )
     # pytest-timeout counts fixture setup: whichever fleet test comes first also waits for the bring-up.
     for item in items:
         if item.path.is_relative_to(here):
@@ -118,8 +126,10 @@ def say(msg: str) -> None:
 
 
 def lb_servers(fleet: F.Fleet) -> dict[str, dict]:
-    """HAProxy's view of backend ocr_servers, from its runtime API on the load balancer host."""
-    out = fleet.lab.exec("lb-1", ["socat", "stdio", "/run/haproxy/admin.sock"], input="show stat\n").stdout
+    """HAProxy's view of backend ocr_servers, from its runtime API on the LB that serves clients."""
+    holder = fleet.lb_holder()
+    assert holder is not None, "no LB holds the service address"
+    out = fleet.lab.exec(holder, ["socat", "stdio", "/run/haproxy/admin.sock"], input="show stat\n").stdout
     rows = csv.DictReader(io.StringIO(out.removeprefix("# ")))
     return {r["svname"]: r for r in rows if r["pxname"] == "ocr_servers" and r["svname"] not in ("BACKEND",)}
 
@@ -176,7 +186,7 @@ def fleet(tmp_path_factory):
         # `make demo`'s own script brings the fleet up: the demo is tested here.
         demo = subprocess.run(
             [sys.executable, str(ROOT / "scripts" / "demo.py"), "--state", str(state), "--lab", LAB,
-             "up", "--apps", str(APPS), "--dbs", str(DBS)],
+             "up", "--apps", str(APPS), "--dbs", str(DBS), "--lbs", str(LBS)],
             capture_output=True, text=True, timeout=BRING_UP_S,
         )  # fmt: skip
         assert demo.returncode == 0, demo.stdout[-4000:] + demo.stderr[-2000:]
@@ -184,8 +194,8 @@ def fleet(tmp_path_factory):
         for expected in ("invoice No. 2048", "Ada Lovelace", f"Load balancer: {fl.lb_url}", fl.key):
             assert expected in demo.stdout, demo.stdout[-3000:]
         say(
-            f"scripts/demo.py: {APPS} app hosts + 1 load balancer + 1 monitoring + {DBS} database hosts up "
-            f"in {time.monotonic() - start:.0f} s"
+            f"scripts/demo.py: {APPS} app hosts + {LBS} load balancers + 1 monitoring + {DBS} database hosts "
+            f"up in {time.monotonic() - start:.0f} s"
         )
         yield fl
     finally:

@@ -38,7 +38,7 @@ def unit_state(fleet, host: str, unit: str) -> tuple[int, str]:
 def lb_state_changes(fleet, host: str, since: float) -> list[tuple[float, str]]:
     """(epoch, UP/DOWN) of HAProxy's state changes of the host's server since `since`, from its journal."""
     argv = ["journalctl", "-o", "short-unix", "--no-pager", f"--since=@{since - 1:.0f}"]
-    out = fleet.lab.exec("lb-1", argv).stdout
+    out = fleet.lab.exec(fleet.lb_holder(), argv).stdout
     pattern = re.compile(rf"^(\d+\.\d+) .*Server ocr_servers/{re.escape(host)} is (UP|DOWN)")
     changes: list[tuple[float, str]] = []
     for m in filter(None, map(pattern.search, out.splitlines())):
