@@ -30,6 +30,7 @@ SOURCES = {
     "process_": "app",
     "ocr_gpu_": "gpu_metrics",
     "ocr_lb_": "keepalived",
+    "ocr_pgbackrest_": "pgbackrest",
     "haproxy_": "haproxy",
     "node_": "node",
     "pg_": "postgres",
