@@ -1,8 +1,8 @@
 """Backups you can restore (`make test-fleet`): the job database's WAL goes to pgBackRest's repository on
 mon-1, which took a full backup when site.yml made it. A job accepted (202) before a target time and another
-accepted after it; playbooks/db-restore.yml restores the repository to the target into mon-1 (a host without a
-job database: the Debian cluster 15/restore, port 5433): the first job is there, the second is not. Prints
-`pitr_restore: target=T job_before_found=1 job_after_found=0 restore_s=S`.
+accepted after it; playbooks/db-restore.yml restores the repository to the target into mon-1 (a host without
+a job database: a Debian cluster `pitr` on port 5499, which the test names): the first job is there, the
+second is not. Prints `pitr_restore: target=T job_before_found=1 job_after_found=0 restore_s=S`.
 
 Then a backup run that fails (the repository's backup directory unreadable for it) makes OcrJobBackupLate
 fire, and a run that succeeds afterwards ends it.
@@ -23,7 +23,9 @@ pytestmark = [pytest.mark.lab, pytest.mark.timeout(900)]
 
 REPO = "mon-1"  # the lab inventory's pgbackrest_repo
 PGBACKREST = ["runuser", "-u", "postgres", "--", "pgbackrest", "--stanza=ocrfleet"]
-RESTORE_PORT = 5433  # the postgresql role's postgresql_restore_port
+# The Debian cluster the restore makes (the test's choice, not the role's defaults: restore, 5433).
+RESTORE_CLUSTER = "pitr"
+RESTORE_PORT = 5499
 BACKUP_INCR = "ocrfleet-pgbackrest@incr.service"
 BACKUP_DIR = "/var/lib/pgbackrest/backup/ocrfleet"  # the role's postgresql_pgbackrest_repo_path, the stanza's
 ALERT = "OcrJobBackupLate"
@@ -45,7 +47,12 @@ def test_a_point_in_time_restore_has_the_jobs_accepted_before_it(fleet):
     start = time.monotonic()
     fleet.playbook(
         "playbooks/db-restore.yml",
-        {"postgresql_restore_target": target, "postgresql_restore_replace": True},
+        {
+            "postgresql_restore_target": target,
+            "postgresql_restore_replace": True,
+            "postgresql_restore_cluster": RESTORE_CLUSTER,
+            "postgresql_restore_port": RESTORE_PORT,
+        },
     )
     restore_s = time.monotonic() - start
     found = psql(
@@ -60,7 +67,10 @@ def test_a_point_in_time_restore_has_the_jobs_accepted_before_it(fleet):
         flush=True,
     )
     assert found == [before.job_id], (found, before.job_id, after.job_id)
-    fleet.lab.exec(REPO, ["pg_dropcluster", "--stop", "15", "restore"])
+    # pg_lsclusters -h: version, name, port, status, owner, data directory, log file.
+    clusters = [line.split() for line in fleet.lab.exec(REPO, ["pg_lsclusters", "-h"]).stdout.splitlines()]
+    version = next(c[0] for c in clusters if c[1] == RESTORE_CLUSTER and c[2] == str(RESTORE_PORT))
+    fleet.lab.exec(REPO, ["pg_dropcluster", "--stop", version, RESTORE_CLUSTER])
 
 
 def test_a_failed_backup_makes_its_alert_fire(fleet):
