@@ -30,6 +30,7 @@ SOURCES = {
     "process_": "app",
     "ocr_gpu_": "gpu_metrics",
     "ocr_lb_": "keepalived",
+    "ocr_pgbackrest_": "pgbackrest",
     "haproxy_": "haproxy",
     "node_": "node",
     "pg_": "postgres",
@@ -67,13 +68,20 @@ def selectors(rules: Path = RULES) -> list[Selector]:
 
 
 def exported(text: str) -> dict[str, list[dict[str, str]]]:
-    """Sample name -> the label sets of its samples (empty for a family declared without samples yet)."""
+    """Sample name -> the label sets of its samples (empty for a family declared without samples yet), each
+    under the name the text gives it, which is the one Prometheus stores: prometheus_client's parser calls a
+    counter's samples `<name>_total` even where the text writes `<name>` (PostgreSQL's exporter does)."""
+    lines = [line for line in text.splitlines() if line and line[0] != "#"]
+    written = {line.split("{", 1)[0].split(" ", 1)[0] for line in lines}
     out: dict[str, list[dict[str, str]]] = {}
     for family in text_string_to_metric_families(text):
         for suffix in _SUFFIXES.get(family.type, ("",)):
             out.setdefault(family.name + suffix, [])
         for sample in family.samples:
-            out.setdefault(sample.name, []).append(sample.labels)
+            name = sample.name
+            if name not in written and name.endswith("_total") and name.removesuffix("_total") in written:
+                name = name.removesuffix("_total")
+            out.setdefault(name, []).append(sample.labels)
     return out
 
 

@@ -19,10 +19,14 @@ pytest); the test prints how many requests it sent to each operation, and the st
 from __future__ import annotations
 
 import base64
+import re
 from collections import Counter, defaultdict
+from urllib.parse import urlsplit
 
+import h11
 import psycopg
 import pytest
+import requests
 import schemathesis
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -51,6 +55,10 @@ JOB_OPERATION = "/v1/jobs/{job_id}"
 
 SENT: Counter[str] = Counter()
 STATUSES: defaultdict[str, Counter[int]] = defaultdict(Counter)
+# uvicorn's own answer to bytes its parser refuses (plain text, before any app code runs).
+UVICORN_REFUSAL = "Invalid HTTP request received."
+FIELD_CONTROL = re.compile(rb"[\x00-\x08\x0a-\x1f\x7f]")  # not field-vchar, SP or HTAB (RFC 9110, 5.5)
+REFUSED: defaultdict[str, list[str]] = defaultdict(list)  # operation: why h11 refused those requests too
 
 
 def call(case, server: Server, key: str, timeout: float | tuple[float, float] = 60):
@@ -59,6 +67,14 @@ def call(case, server: Server, key: str, timeout: float | tuple[float, float] = 
     r = case.call(base_url=server.url, headers={"Authorization": f"Bearer {key}"}, timeout=timeout)
     label = case.operation.label
     SENT[label] += 1
+    if r.status_code == 400 and r.text == UVICORN_REFUSAL:
+        # Refused by the HTTP server (uvicorn's parser) before the app saw it; behind nginx, nginx refuses
+        # it first, in JSON (the nginx_tls scenario, tests/edge_client.py errors). Only bytes that are not an
+        # HTTP/1.1 request may get this.
+        why = not_http(r.request)
+        assert why, f"{label}: a valid request was refused as invalid HTTP:\n{raw_request(r.request)!r}"
+        REFUSED[label].append(why)
+        return r
     STATUSES[label][r.status_code] += 1
     assert r.status_code < 500, f"{label} answered {r.status_code}: {r.text[:500]}"
     if r.status_code >= 400:
@@ -66,6 +82,38 @@ def call(case, server: Server, key: str, timeout: float | tuple[float, float] = 
         assert set(error) >= {"code", "message", "request_id"}, error
         assert [error["request_id"]] == r.headers["x-request-id"], (error, r.headers)  # a list per name
     return r
+
+
+def raw_request(request: requests.PreparedRequest) -> bytes:
+    """The request's bytes as requests (http.client) writes them: request line, headers (latin-1), body."""
+    head = [f"{request.method} {request.path_url} HTTP/1.1", f"Host: {urlsplit(request.url).netloc}"]
+    head += [f"{name}: {value}" for name, value in request.headers.items()]
+    body = request.body or b""
+    return "\r\n".join([*head, "", ""]).encode("latin-1") + (body.encode() if isinstance(body, str) else body)
+
+
+def latin1(value: str | bytes) -> bytes:
+    return value.encode("latin-1") if isinstance(value, str) else value
+
+
+def not_http(request: requests.PreparedRequest) -> str | None:
+    """Why the request is not HTTP/1.1; None when it is. A second reader (h11) checks the request line and
+    the headers' grammar; h11 admits control characters in a header's value on purpose (its _abnf says why),
+    which RFC 9110 (5.5: field-vchar = VCHAR / obs-text, with SP and HTAB between) does not: checked on top.
+    The space or tab around a value is not part of it (OWS): stripped first."""
+    headers = [(latin1(name), latin1(value).strip(b" \t")) for name, value in request.headers.items()]
+    try:
+        h11.Request(
+            method=request.method or "",
+            target=latin1(request.path_url),
+            headers=[("Host", urlsplit(request.url).netloc), *headers],
+        )
+    except h11.LocalProtocolError as e:
+        return str(e)
+    for name, value in headers:
+        if FIELD_CONTROL.search(value):
+            return f"a control character in header {name!r}: {value!r}"
+    return None
 
 
 def modes(operation) -> tuple[GenerationMode, ...]:
@@ -98,6 +146,28 @@ def api_schema(server):
 def test_no_document_gets_a_server_error_or_a_bare_error(api_schema, server, mode):
     operation = api_schema["/v1/ocr"]["POST"]
     fuzz(operation.as_strategy(generation_mode=mode), operation.label, lambda c: call(c, server, server.key))
+
+
+@pytest.mark.parametrize(
+    ("value", "refused"),
+    [
+        ("a\x00b", True),
+        ("a\x01b", True),
+        ("a\x1fb", True),
+        ("a\x7fb", True),
+        ("a\tb", False),
+        ("\xe9", False),
+        ("Bearer ", False),
+    ],
+    ids=["NUL", "SOH", "US", "DEL", "HTAB", "obs-text", "trailing-SP"],
+)
+def test_the_http_server_refuses_what_not_http_calls_not_http(server, value, refused):
+    """The fuzz accepts uvicorn's plain-text refusal only for a request not_http finds invalid: both agree."""
+    sent = requests.Request("GET", f"{server.url}/livez", headers={"X-Probe": value}).prepare()
+    with requests.Session() as session:
+        r = session.send(sent, timeout=30)
+    assert (r.status_code == 400 and r.text == UVICORN_REFUSAL) == refused, (r.status_code, r.text[:200])
+    assert (not_http(sent) is not None) == refused, not_http(sent)
 
 
 def seed_jobs(srv: Server) -> dict[str, str]:
@@ -240,6 +310,7 @@ def test_no_input_to_any_other_operation_gets_a_server_error_or_a_bare_error(job
 def test_the_fuzzing_reached_every_operation(job_schema):
     print(f"\nfuzz requests sent: {sum(SENT.values())} {dict(SENT)}")
     print("statuses:", {label: dict(codes) for label, codes in STATUSES.items()})
+    print("refused by the HTTP parser (not HTTP/1.1: not_http):", dict(REFUSED))
     everything = {result.ok().label for result in job_schema.get_all_operations()}
     # The routes of one job answered for a real job, not only 404; the chat route read a page.
     for label in everything:

@@ -3,7 +3,8 @@
 
 The lab is `$OCRFLEET_LAB_NAME` (default `site`). Hosts are grouped by name: `app-N` -> ocr_servers,
 `lb-N` -> ocr_lb (two or more: a pair sharing the service address), `mon-N` -> monitoring, `db-N` -> ocr_db
-(two or more: group etcd too). Connection settings come from the lab's own state (key, addresses, apt proxy).
+(two or more: groups etcd and pgbackrest_repo too). Connection settings come from the lab's own state (key,
+addresses, apt proxy).
 """
 
 import ipaddress
@@ -38,11 +39,14 @@ def inventory() -> dict:
         hostvars[h.name] = {"ansible_host": h.address}
     # Two or more database hosts: a replicated job database (Patroni), whose etcd members are the database
     # hosts and the first monitoring host (an odd number: one more database host than that is left out).
+    # The same layout keeps pgBackRest's repository on the first monitoring host (WAL archiving, backups).
     if len(groups["ocr_db"]) >= 2:
         members = groups["ocr_db"] + groups["monitoring"][:1]
         groups["etcd"] = members if len(members) % 2 else members[:-1]
+        groups["pgbackrest_repo"] = groups["monitoring"][:1]
     else:
         groups["etcd"] = []
+        groups["pgbackrest_repo"] = []
     group_vars: dict[str, dict] = {g: {} for g in groups}
     # Two or more LBs: keepalived holds the service address on one of them; their certificates name it.
     if len(groups["ocr_lb"]) >= 2:

@@ -125,11 +125,17 @@ def say(msg: str) -> None:
     print(f"[fleet] {msg}", flush=True)
 
 
-def lb_servers(fleet: F.Fleet) -> dict[str, dict]:
-    """HAProxy's view of backend ocr_servers, from its runtime API on the LB that serves clients."""
+def serving_lb(fleet: F.Fleet) -> str:
+    """The LB that serves clients now (the holder of the service address); a failure when none does."""
     holder = fleet.lb_holder()
     assert holder is not None, "no LB holds the service address"
-    out = fleet.lab.exec(holder, ["socat", "stdio", "/run/haproxy/admin.sock"], input="show stat\n").stdout
+    return holder
+
+
+def lb_servers(fleet: F.Fleet) -> dict[str, dict]:
+    """HAProxy's view of backend ocr_servers, from its runtime API on the LB that serves clients."""
+    argv = ["socat", "stdio", "/run/haproxy/admin.sock"]
+    out = fleet.lab.exec(serving_lb(fleet), argv, input="show stat\n").stdout
     rows = csv.DictReader(io.StringIO(out.removeprefix("# ")))
     return {r["svname"]: r for r in rows if r["pxname"] == "ocr_servers" and r["svname"] not in ("BACKEND",)}
 

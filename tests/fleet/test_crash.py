@@ -17,7 +17,7 @@ import re
 import pytest
 
 from lab.base import wait_until
-from tests.fleet.conftest import MULTI, https_client, lb_servers, log_size, ocr_lines, say
+from tests.fleet.conftest import MULTI, https_client, lb_servers, log_size, ocr_lines, say, serving_lb
 from tests.fleet.disk import full_disk
 from tests.fleet.load import Load, documents, large_documents
 
@@ -38,7 +38,7 @@ def unit_state(fleet, host: str, unit: str) -> tuple[int, str]:
 def lb_state_changes(fleet, host: str, since: float) -> list[tuple[float, str]]:
     """(epoch, UP/DOWN) of HAProxy's state changes of the host's server since `since`, from its journal."""
     argv = ["journalctl", "-o", "short-unix", "--no-pager", f"--since=@{since - 1:.0f}"]
-    out = fleet.lab.exec(fleet.lb_holder(), argv).stdout
+    out = fleet.lab.exec(serving_lb(fleet), argv).stdout
     pattern = re.compile(rf"^(\d+\.\d+) .*Server ocr_servers/{re.escape(host)} is (UP|DOWN)")
     changes: list[tuple[float, str]] = []
     for m in filter(None, map(pattern.search, out.splitlines())):
