@@ -58,7 +58,7 @@ STATUSES: defaultdict[str, Counter[int]] = defaultdict(Counter)
 # uvicorn's own answer to bytes its parser refuses (plain text, before any app code runs).
 UVICORN_REFUSAL = "Invalid HTTP request received."
 FIELD_CONTROL = re.compile(rb"[\x00-\x08\x0a-\x1f\x7f]")  # not field-vchar, SP or HTAB (RFC 9110, 5.5)
-REFUSED: defaultdict[str, list[str]] = defaultdict(list)  # operation: why h11 refused those requests too
+REFUSED: defaultdict[str, list[str]] = defaultdict(list)  # operation: why not_http finds those not HTTP/1.1
 
 
 def call(case, server: Server, key: str, timeout: float | tuple[float, float] = 60):
