@@ -5,21 +5,38 @@ right after) are served. Every document is generated here (nothing binary is com
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import math
 import os
+import resource
 import shutil
+import signal
 import socket
 import subprocess
 import threading
 import time
+from concurrent.futures import Future
 from pathlib import Path
 
 import httpx
 import pytest
+from pebble import ProcessExpired
 from PIL import Image
 
 from ocr_app.config import Settings
-from ocr_app.documents.decode import PAGE_DIR_PREFIX, DecodePool, DecodeRequest, _page_dir, decode_document
+from ocr_app.documents import decode
+from ocr_app.documents.decode import (
+    OUT_OF_MEMORY_EXIT,
+    PAGE_DIR_PREFIX,
+    DecodePool,
+    DecodeRequest,
+    _killed_by_backstop,
+    _page_dir,
+    decode_document,
+)
 from ocr_app.documents.pages import load_pages
+from ocr_app.errors import DecodeCpuLimit, DecodeMemoryLimit, InvalidDocument
+from ocr_app.sched import JOB_NICE
 
 from .docs import encode, multipage_tiff, png_bomb, render
 from .hostile import slow_render_pdf
@@ -209,3 +226,162 @@ def test_a_dead_servers_page_directory_is_removed_when_a_pool_starts():
     finally:
         shutil.rmtree(dead, ignore_errors=True)
         shutil.rmtree(alive, ignore_errors=True)
+
+
+def test_a_count_in_a_worker_reads_a_multipart_bodys_file_and_fingerprints_it_alone(pool):
+    """The job routes' page count: of the file inside a multipart body, with the sha256 of that file's bytes
+    (recomputed here), so the same document sent under two boundaries has one fingerprint."""
+    document = multipage_tiff([render([f"Counted page {n}"]).image for n in (1, 2, 3)])
+    want = hashlib.sha256(document).hexdigest()
+
+    def count(body: bytes, content_type: str, bound: int = 10) -> tuple[int, str]:
+        return asyncio.run(pool.count_pages(DecodeRequest(body, content_type), bound, time.monotonic() + 60))
+
+    assert count(document, "image/tiff") == (3, want)
+    for boundary in ("first-boundary", "another-one"):
+        # httpx writes the body under the boundary the Content-Type header names.
+        sent = httpx.Request(
+            "POST",
+            "http://x",
+            files={"file": ("doc.tiff", document, "image/tiff")},
+            headers={"Content-Type": f"multipart/form-data; boundary={boundary}"},
+        )
+        body = sent.read()
+        assert f"--{boundary}".encode() in body
+        assert count(body, sent.headers["content-type"]) == (3, want), boundary
+    assert count(document, "image/tiff", bound=2)[0] == 2  # at most the bound
+
+
+def test_only_a_task_its_backstop_ended_counts_as_killed_by_it():
+    """The cancelled request's worker is counted killed by the backstop only when pebble's timeout ended the
+    task: not when it finished (with a result or another error) or was cancelled."""
+    done, failed, timed_out, cancelled = (Future() for _ in range(4))
+    done.set_result(3)
+    failed.set_exception(ValueError("not a backstop"))
+    timed_out.set_exception(TimeoutError())
+    cancelled.cancel()
+    assert [_killed_by_backstop(f) for f in (done, failed, timed_out, cancelled)] == [
+        False,
+        False,
+        True,
+        False,
+    ]
+    assert not _killed_by_backstop(Future())  # still running: not asked for its exception (that would wait)
+
+
+@pytest.mark.parametrize("idle", [False, True], ids=["interactive", "jobs"])
+def test_only_the_job_pools_workers_run_at_the_job_priority(idle):
+    pool = DecodePool.from_settings(Settings(auth_disabled=True), workers=1, idle=idle)
+    pool.start()
+    try:
+        pid = pool.probe().result(timeout=60)
+        own = os.getpriority(os.PRIO_PROCESS, 0)
+        assert os.getpriority(os.PRIO_PROCESS, pid) == (JOB_NICE if idle else own)
+    finally:
+        pool.close()
+
+
+@pytest.mark.parametrize(
+    ("code", "reason", "error"),
+    [
+        (-signal.SIGXCPU, "cpu_limit", DecodeCpuLimit),
+        (-signal.SIGKILL, "memory_limit", DecodeMemoryLimit),  # the kernel's or the cgroup's OOM kill
+        (-signal.SIGABRT, "memory_limit", DecodeMemoryLimit),  # PDFium's allocator refused
+        (OUT_OF_MEMORY_EXIT, "memory_limit", DecodeMemoryLimit),  # MemoryError in the worker
+        (-signal.SIGSEGV, "crashed", InvalidDocument),
+        (1, "crashed", InvalidDocument),
+    ],
+)
+def test_how_a_worker_ended_says_what_the_client_is_told(pool, code, reason, error):
+    got_reason, got_error = pool._expired(ProcessExpired("gone", code=code))
+    assert (got_reason, type(got_error)) == (reason, error)
+
+
+def test_a_task_past_its_deadline_is_ended_by_the_pools_own_backstop(pool):
+    """Without the caller's asyncio deadline (an event loop too busy to fire it), pebble's timeout, timed from
+    the same deadline, ends the worker: TimeoutError, counted as a deadline kill."""
+    killed: list[str] = []
+    pool.on_killed = killed.append
+    with pytest.raises(TimeoutError):
+        asyncio.run(pool._run(time.sleep, (120,), time.monotonic() + 0.5))
+    assert killed == ["deadline"]
+
+
+def test_the_cpu_soft_limit_starts_at_the_next_whole_second_of_use(monkeypatch):
+    limits: list[int | None] = []
+    monkeypatch.setattr(decode, "_cpu_used_s", lambda: 7.4)
+    monkeypatch.setattr(decode, "_set_cpu_soft_limit", limits.append)
+    tiff = multipage_tiff([render(["One"]).image])
+    assert decode.count_document_pages(DecodeRequest(tiff, "image/tiff"), 5, 30)[0] == 1
+    assert limits == [math.ceil(7.4) + 30, None]
+
+
+def test_cpu_used_is_user_and_system_time():
+    # Enough system time that user - system is far from user + system: stat() calls are the kernel's work.
+    while resource.getrusage(resource.RUSAGE_SELF).ru_stime < 0.2:
+        for _ in range(20_000):
+            os.stat("/")
+    before = time.process_time()  # the standard library's reading of the same (CLOCK_PROCESS_CPUTIME_ID)
+    used = decode._cpu_used_s()
+    assert before - 0.05 <= used <= time.process_time() + 0.05
+
+
+def test_the_address_space_read_is_the_kernels_in_bytes():
+    page = os.sysconf("SC_PAGE_SIZE")
+
+    def statm() -> int:  # the same figure, in pages, from another file of the kernel's
+        return int(Path("/proc/self/statm").read_text().split()[0]) * page
+
+    for _ in range(10):  # a read between two equal ones (nothing mapped in between)
+        first, got, last = statm(), decode._address_space(), statm()
+        if first == last:
+            assert got == first
+            return
+    pytest.fail("the address space kept changing")
+
+
+def test_a_read_only_shm_puts_the_pages_in_the_temporary_directory(monkeypatch, tmp_path):
+    def access(path, mode):  # /dev/shm there but not writable (a container's read-only mount)
+        return not (path == "/dev/shm" and mode & os.W_OK)
+
+    monkeypatch.setattr(decode.os, "access", access)
+    monkeypatch.setattr(decode.tempfile, "tempdir", str(tmp_path))
+    made = Path(_page_dir())
+    assert made.parent == tmp_path, made
+    made.rmdir()
+
+
+def test_another_users_process_counts_alive(monkeypatch):
+    def kill(pid, sig):
+        raise PermissionError(1, "Operation not permitted")
+
+    monkeypatch.setattr(decode.os, "kill", kill)
+    assert decode._alive(12345)
+
+
+def test_without_glibc_the_workers_keep_the_allocators_defaults(monkeypatch):
+    def no_glibc(name):
+        raise OSError(f"{name}: cannot open shared object file")
+
+    monkeypatch.setattr(decode.ctypes, "CDLL", no_glibc)
+    assert decode._keep_freed_memory() is None
+
+
+def test_a_count_out_of_memory_ends_its_worker_as_a_decode_does(monkeypatch):
+    """MemoryError under RLIMIT_AS while counting: the worker exits (OUT_OF_MEMORY_EXIT), as in a decode, so
+    the parent answers DecodeMemoryLimit and the next document gets a fresh worker."""
+
+    class Exited(Exception):
+        pass
+
+    def out_of_memory(*args):
+        raise MemoryError
+
+    def exit_out_of_memory():
+        raise Exited
+
+    monkeypatch.setattr(decode, "count_pages", out_of_memory)
+    monkeypatch.setattr(decode, "_exit_out_of_memory", exit_out_of_memory)
+    monkeypatch.setattr(decode, "_set_cpu_soft_limit", lambda limit: None)
+    with pytest.raises(Exited):
+        decode.count_document_pages(DecodeRequest(b"%PDF-", "application/pdf"), 5, 30)

@@ -49,7 +49,11 @@ from .upload import MULTIPART_TYPE, classify, extract_multipart_file, normalise_
 
 log = logging.getLogger("ocr_app.decode")
 T = TypeVar("T")
+# mutation: NumberReplacer equivalent because the worker's exit and the parent's check read this one name.
 OUT_OF_MEMORY_EXIT = 3  # a worker's exit status after a MemoryError
+# mutation: NumberReplacer equivalent because another parameter (or one glibc does not know, which it
+# ignores) changes how soon freed memory goes back to the kernel: speed (make bench), not what a worker
+# decodes or may hold (RLIMIT_AS bounds that either way). # mutation: ReplaceUnaryOperator likewise.
 M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3  # mallopt(3)'s parameters, from glibc's malloc.h
 # Pillow imports its format plugins on first use: here, once in the forkserver, not in each new worker.
 Image.init()
@@ -61,6 +65,7 @@ class DecodeBounds:
     memory_mb: int  # address space per worker process
 
 
+# mutation: ReplaceTrueWithFalse equivalent because nothing assigns to a request's fields.
 @dataclass(frozen=True)
 class DecodeRequest:
     """One document as the client sent it, and what of it to decode: what crosses to a worker."""
@@ -154,6 +159,8 @@ def _init_worker(memory_mb: int, idle: bool = False) -> None:
     # OpenCV's resize on two threads: 2.1 ms where one takes 3.8-5.2 (measured), while a worker is alone
     # on the host; its threads start here, so their stacks and malloc arenas count as the libraries below.
     cv2.setNumThreads(2)
+    # mutation: NumberReplacer equivalent because any resize of this order starts OpenCV's threads, all
+    # it is here for.
     cv2.resize(np.zeros((1024, 1024, 3), np.uint8), (512, 512), interpolation=cv2.INTER_LINEAR)
     # The bound is what a document may add: the libraries a worker starts with mapped (OpenCV's and
     # numpy's alone are ~400 MB of address space, and more on hosts with more cores) are not its cost.
@@ -170,6 +177,7 @@ def _keep_freed_memory() -> None:
         libc = ctypes.CDLL("libc.so.6")
     except OSError:  # not glibc: its own allocator's defaults
         return
+    # mutation: NumberReplacer equivalent because a threshold a MiB off changes speed only (as above).
     libc.mallopt(M_MMAP_THRESHOLD, 32 * MiB)  # glibc's upper bound on 64-bit; larger blocks are mmap()ed
     libc.mallopt(M_TRIM_THRESHOLD, 128 * MiB)
 
@@ -328,6 +336,7 @@ class DecodePool:
         pages not read because the request had gone. On tmpfs they would hold memory until a restart."""
         with suppress(FileNotFoundError):
             for name in os.listdir(self._page_dir):
+                # mutation: NumberReplacer to `split("-", 2)` equivalent because the first part is the same.
                 if name.split("-", 1)[0] not in self._decoding:
                     with suppress(FileNotFoundError):
                         os.unlink(os.path.join(self._page_dir, name))
