@@ -186,6 +186,7 @@ def test_pages_cross_as_files_that_are_gone_once_read(pool):
         for got, want in zip(decoded, expected, strict=True):
             assert (got.width, got.height, got.size) == (want.width, want.height, want.image.size)
             assert got.rgb().tobytes() == want.image.tobytes()  # pixel for pixel
+            assert got.preview is None  # not asked for
             # The server holds the page file's mapping as the engine's array; the engine may write to it.
             assert got.image is None and got.bgr.flags.writeable
         assert os.listdir(pool._page_dir) == []  # each page's file removed once read

@@ -59,6 +59,7 @@ M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3  # mallopt(3)'s parameters, from gli
 Image.init()
 
 
+# mutation: ReplaceTrueWithFalse equivalent because nothing assigns to the bounds' fields.
 @dataclass(frozen=True)
 class DecodeBounds:
     cpu_s: int  # CPU seconds per document
@@ -147,6 +148,8 @@ def _init_worker(memory_mb: int, idle: bool = False) -> None:
     # pebble stops a worker with SIGTERM and a Python handler, which cannot run while PDFium is inside a
     # render; the default action ends it at once. The parent holds the pool's channel lock while it kills.
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    # mutation: NumberReplacer equivalent because the soft limit, 0, is what keeps the core file from being
+    # written; the hard one only caps how far the process may raise it.
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))  # SIGXCPU would otherwise dump core
     # Under the unit's MemoryMax the kernel kills the cgroup's likeliest process: a worker, not the server.
     with suppress(OSError), open("/proc/self/oom_score_adj", "w") as f:
@@ -158,7 +161,7 @@ def _init_worker(memory_mb: int, idle: bool = False) -> None:
         log.warning("job decode worker runs at normal CPU priority: %s", why)
     # OpenCV's resize on two threads: 2.1 ms where one takes 3.8-5.2 (measured), while a worker is alone
     # on the host; its threads start here, so their stacks and malloc arenas count as the libraries below.
-    cv2.setNumThreads(2)
+    cv2.setNumThreads(2)  # mutation: NumberReplacer equivalent because the thread count is speed only.
     # mutation: NumberReplacer equivalent because any resize of this order starts OpenCV's threads, all
     # it is here for.
     cv2.resize(np.zeros((1024, 1024, 3), np.uint8), (512, 512), interpolation=cv2.INTER_LINEAR)
@@ -179,7 +182,7 @@ def _keep_freed_memory() -> None:
         return
     # mutation: NumberReplacer equivalent because a threshold a MiB off changes speed only (as above).
     libc.mallopt(M_MMAP_THRESHOLD, 32 * MiB)  # glibc's upper bound on 64-bit; larger blocks are mmap()ed
-    libc.mallopt(M_TRIM_THRESHOLD, 128 * MiB)
+    libc.mallopt(M_TRIM_THRESHOLD, 128 * MiB)  # mutation: NumberReplacer equivalent because speed only.
 
 
 def _address_space() -> int:
@@ -208,6 +211,8 @@ def decode_document(request: DecodeRequest, limits: Limits, cpu_s: int, pages_at
         if media_type == MULTIPART_TYPE:
             body, media_type = extract_multipart_file(body, request.content_type)
         media_type = classify(body, media_type)
+        # mutation: ReplaceTrueWithFalse equivalent because _write_page packs an image's pixels in the same
+        # BGR layout as the array: the same file, written a little slower.
         pages = load_pages(body, media_type, request.selection, limits, request.preview, bgr=True)
         out = []
         for p in pages:
@@ -358,6 +363,7 @@ class DecodePool:
             # pebble kills the worker running it and starts another; or its backstop, timed from the same
             # deadline, has just done so.
             if future.cancel() or _killed_by_backstop(future):
+                # mutation: NumberReplacer to `args[ -1]` equivalent because a cancellation has one reason.
                 self.on_killed(str(err.args[0]) if err.args else "deadline")  # asyncio.timeout gives none
             raise
         except TimeoutError:  # pebble's backstop fired first; the caller answers 504
