@@ -34,6 +34,7 @@ from ocr_app.documents.decode import (
     _page_dir,
     decode_document,
 )
+from ocr_app.documents.image import Limits
 from ocr_app.documents.pages import load_pages
 from ocr_app.errors import DecodeCpuLimit, DecodeMemoryLimit, InvalidDocument
 from ocr_app.sched import JOB_NICE
@@ -272,7 +273,13 @@ def test_only_a_task_its_backstop_ended_counts_as_killed_by_it():
 
 @pytest.mark.parametrize("idle", [False, True], ids=["interactive", "jobs"])
 def test_only_the_job_pools_workers_run_at_the_job_priority(idle):
-    pool = DecodePool.from_settings(Settings(auth_disabled=True), workers=1, idle=idle)
+    settings = Settings(auth_disabled=True)
+    # The interactive pool as the app makes it: without saying idle (its default).
+    pool = (
+        DecodePool.from_settings(settings, workers=1, idle=True)
+        if idle
+        else DecodePool.from_settings(settings, workers=1)
+    )
     pool.start()
     try:
         pid = pool.probe().result(timeout=60)
@@ -314,6 +321,19 @@ def test_the_cpu_soft_limit_starts_at_the_next_whole_second_of_use(monkeypatch):
     monkeypatch.setattr(decode, "_set_cpu_soft_limit", limits.append)
     tiff = multipage_tiff([render(["One"]).image])
     assert decode.count_document_pages(DecodeRequest(tiff, "image/tiff"), 5, 30)[0] == 1
+    assert limits == [math.ceil(7.4) + 30, None]
+
+
+def test_a_decodes_cpu_soft_limit_starts_at_the_next_whole_second_of_use(monkeypatch, tmp_path):
+    limits: list[int | None] = []
+    monkeypatch.setattr(decode, "_cpu_used_s", lambda: 7.4)
+    monkeypatch.setattr(decode, "_set_cpu_soft_limit", limits.append)
+    tiff = multipage_tiff([render(["One"]).image])
+    limits_of_pages = Limits.from_settings(Settings(auth_disabled=True))
+    pages = decode.decode_document(
+        DecodeRequest(tiff, "image/tiff"), limits_of_pages, 30, str(tmp_path / "t")
+    )
+    assert len(pages) == 1
     assert limits == [math.ceil(7.4) + 30, None]
 
 
