@@ -209,25 +209,39 @@ def test_page_files_nobody_reads_are_removed_by_the_next_decode(pool):
     assert os.listdir(pool._page_dir) == []
 
 
-def test_a_dead_servers_page_directory_is_removed_when_a_pool_starts():
+def test_a_dead_servers_page_directory_is_removed_when_a_pool_starts(monkeypatch):
+    """Directories of servers that are gone are removed; a running server's are kept, and that server is
+    only asked whether it lives (signal 0), never signalled. Another server that removed a dead server's
+    directory between our listing and our removal stops nothing."""
     made = Path(_page_dir())
     root = made.parent  # /dev/shm here, as on a host
     made.rmdir()
     dead_pid = subprocess.Popen(["true"])
     dead_pid.wait()
+    running = subprocess.Popen(["sleep", "600"])  # another server: killed by any signal sent to it
     dead = root / f"{PAGE_DIR_PREFIX}{dead_pid.pid}-test"
-    alive = root / f"{PAGE_DIR_PREFIX}{os.getpid()}-test"
-    for d in (dead, alive):
+    gone = f"{PAGE_DIR_PREFIX}{dead_pid.pid}-removed-by-another"  # listed, then removed by another server
+    alive = root / f"{PAGE_DIR_PREFIX}{running.pid}-test"
+    ours = root / f"{PAGE_DIR_PREFIX}{os.getpid()}-test"
+    for d in (dead, alive, ours):
         d.mkdir()
         (d / "x-1").write_bytes(b"\0" * 12)
+    listdir = os.listdir
+    monkeypatch.setattr(
+        decode.os, "listdir", lambda path: [gone, *listdir(path)] if path == str(root) else listdir(path)
+    )
     try:
         p = DecodePool.from_settings(Settings(auth_disabled=True), workers=1)
         p.close()
         assert not dead.exists()  # a killed server's pages: nobody will read them
-        assert (alive / "x-1").exists()  # a running server's (this process): kept
+        assert (alive / "x-1").exists()  # a running server's: kept
+        assert (ours / "x-1").exists()  # this process's: kept
+        assert running.poll() is None, f"the running server was signalled: {running.returncode}"
     finally:
-        shutil.rmtree(dead, ignore_errors=True)
-        shutil.rmtree(alive, ignore_errors=True)
+        running.kill()
+        running.wait()
+        for d in (dead, alive, ours):
+            shutil.rmtree(d, ignore_errors=True)
 
 
 def test_a_count_in_a_worker_reads_a_multipart_bodys_file_and_fingerprints_it_alone(pool):

@@ -144,7 +144,7 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def _init_worker(memory_mb: int, idle: bool = False) -> None:
+def _init_worker(memory_mb: int, idle: bool) -> None:
     # pebble stops a worker with SIGTERM and a Python handler, which cannot run while PDFium is inside a
     # render; the default action ends it at once. The parent holds the pool's channel lock while it kills.
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
@@ -265,8 +265,8 @@ class DecodePool:
         workers: int,
         bounds: DecodeBounds,
         limits: Limits,
-        on_killed: Callable[[str], None] | None = None,
-        idle: bool = False,
+        on_killed: Callable[[str], None] | None,
+        idle: bool,
     ):
         self.workers = workers
         self.idle = idle  # workers at nice 19 (the bulk-job pages' pool)
@@ -354,7 +354,10 @@ class DecodePool:
         future = self._running_pool().schedule(
             fn,
             args=args,
-            # A backstop to the caller's asyncio deadline: pebble times a task from its start.
+            # A backstop to the caller's asyncio deadline: pebble times a task from its start. The floor keeps
+            # the timeout off 0, which pebble reads as none.
+            # mutation: NumberReplacer equivalent because the floor (1.1 or -0.9 for 0.1) acts only on a
+            # deadline under a second away, where the caller's deadline ends the task at the same moment.
             timeout=max(0.1, deadline_s - time.monotonic()),
         )
         try:
@@ -392,5 +395,6 @@ class DecodePool:
 
     def close(self) -> None:
         self._pool.stop()
+        # mutation: NumberReplacer equivalent because it bounds a wait for workers that the stop has ended.
         self._pool.join(timeout=5)
         shutil.rmtree(self._page_dir, ignore_errors=True)
