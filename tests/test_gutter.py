@@ -7,6 +7,9 @@ no engine, but for one rendered page read through rapidocr at the end.
 
 from __future__ import annotations
 
+import itertools
+import math
+
 import jiwer
 import numpy as np
 import pytest
@@ -371,6 +374,127 @@ def test_runs_need_ink_on_both_sides():
     assert gutters._runs(blank) == [(3, 5), (7, 8)]
     assert gutters._runs(np.asarray([True, True])) == []
     assert gutters._runs(np.asarray([False, True, False])) == [(1, 2)]
+
+
+def test_runs_whose_ends_differ():
+    # A blank start without a blank end and the other way round: the run at the array's edge has ink on one
+    # side only (each end looked at on its own side).
+    assert gutters._runs(np.asarray([True, False, True, False])) == [(2, 3)]
+    assert gutters._runs(np.asarray([False, True, False, True])) == [(1, 2)]
+    assert gutters._runs(np.asarray([True, False, False, True, True, False])) == [(3, 5)]
+
+
+# --- The geometry under the rules, against brute force -------------------------------------------------
+
+
+def edge_y(a, b, x: float) -> float:
+    """The edge through a and b at x, by hand; an edge that does not run rightwards is taken level."""
+    if b[0] <= a[0]:
+        return float(a[1])
+    return float(a[1] + (x - a[0]) * (b[1] - a[1]) / (b[0] - a[0]))
+
+
+# Clockwise from the top left; tilted boxes whose top and bottom slopes differ, and edges of no width or
+# running left by under a pixel (taken level) or rightwards by half a pixel (followed).
+QUADS = [
+    [[10, 20], [110, 30], [112, 55], [12, 40]],
+    [[5, 60], [205, 40], [203, 75], [3, 90]],
+    [[50, 7], [50, 9], [50.5, 30], [50, 28]],
+    [[40, 3], [39.5, 1], [39.5, 21], [40, 25]],
+    [[60, 10], [60.5, 12], [60, 30], [60, 30]],
+]
+
+
+def test_a_boxs_edges_are_followed_along_its_tilt():
+    for q in QUADS:
+        box = gutters._Quad(np.asarray(q, dtype=float))
+        tl, tr, br, bl = q
+        assert (box.x0, box.x1) == (min(p[0] for p in q), max(p[0] for p in q))
+        assert box.h == pytest.approx((math.dist(tl, bl) + math.dist(tr, br)) / 2)
+        for x in (-7.0, 0.0, 10.25, 55.5, 110.0, 300.0):
+            assert float(box.top(np.asarray(x))) == pytest.approx(edge_y(tl, tr, x)), (q, x)
+            assert float(box.bottom(np.asarray(x))) == pytest.approx(edge_y(bl, br, x)), (q, x)
+            assert box.middle(x) == pytest.approx((edge_y(tl, tr, x) + edge_y(bl, br, x)) / 2), (q, x)
+
+
+def test_the_pages_boxes_as_arrays_agree_with_each_box():
+    lines = gutters._Lines(np.asarray(QUADS, dtype=float))
+    for x in (0.0, 33.3, 150.0):
+        want = [(edge_y(q[0], q[1], x) + edge_y(q[3], q[2], x)) / 2 for q in QUADS]
+        assert lines.middles(x).tolist() == pytest.approx(want), x
+    assert lines.x0.tolist() == [min(p[0] for p in q) for q in QUADS]
+    assert lines.x1.tolist() == [max(p[0] for p in q) for q in QUADS]
+
+
+def brute_ink(ink: np.ndarray, x: int, top: float, bottom: float) -> int:
+    """Ink in column x over the rows whose index lies in [top, bottom], on the page."""
+    return sum(int(ink[y, x]) for y in range(ink.shape[0]) if top <= y <= bottom)
+
+
+def test_ink_counts_over_any_rows_match_a_count_pixel_by_pixel():
+    rng = np.random.default_rng(7)
+    ink = rng.random((30, 20)) < 0.2
+    page = gutters._Page(ink)
+    xs = np.arange(20)
+    for _ in range(50):
+        top, bottom = rng.uniform(-5, 35, 20), rng.uniform(-5, 35, 20)
+        got = page.counts(xs, top, bottom)
+        assert got.tolist() == [brute_ink(ink, x, top[x], bottom[x]) for x in xs]
+
+
+def test_a_rows_inked_columns_match_a_walk_along_its_edges():
+    rng = np.random.default_rng(11)
+    ink = rng.random((120, 230)) < 0.01  # sparse: columns with one inked pixel in the row
+    ink[25, 0] = ink[70, 0] = ink[50, 229] = True  # the page's first and last columns inked in both rows
+    page = gutters._Page(ink)
+    for q in QUADS[:2]:
+        box = gutters._Quad(np.asarray(q, dtype=float))
+        tl, tr, br, bl = q
+        inked = [brute_ink(ink, x, edge_y(tl, tr, x + 0.5), edge_y(bl, br, x + 0.5)) > 0 for x in range(230)]
+        row = page.row(box)
+        assert row.tolist() == [0, *itertools.accumulate(map(int, inked))], q
+        assert any(brute_ink(ink, x, 0, 120) == 1 for x in range(230) if inked[x])
+        assert inked[0] and inked[229], q
+        ends = [(-1, 0), (0, 0), (229, 229), (229, 240)]  # the page's first and last columns alone
+        spans = [(f, f + d) for f in range(-3, 234, 7) for d in (-2, -1, 0, 1, 2, 3, 40, 300)]
+        for first, last in ends + spans:
+            want = any(inked[x] for x in range(max(first, 0), min(last, 229) + 1))
+            assert page.inked(row, first, last) is want, (first, last)
+
+
+def test_a_point_along_an_edge_by_hand():
+    # The edge's point at x, its ends past it; a vertical edge's top. Edges whose one coordinate equals the
+    # other end's other coordinate (b's y is a's x; b's x is a's y): x and y are not mixed up.
+    cases = [
+        (((10, 20), (110, 40)), 60, (60, 30)),
+        (((10, 20), (110, 40)), 0, (10, 20)),
+        (((10, 20), (110, 40)), 200, (110, 40)),
+        (((10, 20), (10, 60)), 30, (10, 20)),
+        (((40, 5), (100, 40)), 70, (70, 22.5)),
+        (((10, 100), (100, 50)), 55, (55, 75)),
+    ]
+    for (a, b), x, want in cases:
+        got = gutters._along(np.asarray(a, dtype=float), np.asarray(b, dtype=float), x)
+        assert got.tolist() == pytest.approx(list(want)), (a, b, x)
+
+
+def test_a_box_with_one_piece_moved_is_cut_to_it():
+    # One piece that is not the box's whole width (an end pulled back): cut along the edges, not kept.
+    quad = [[0, 10], [100, 20], [100, 50], [0, 40]]
+    got, source = fitted_quads(np.asarray([quad]), [[(20.0, 100.0)]])
+    assert source == [0]
+    np.testing.assert_allclose(got, np.asarray([[[20, 12], [100, 20], [100, 50], [20, 42]]], dtype=float))
+    with pytest.raises(ValueError, match="shorter"):  # pieces for fewer boxes: a caller's mistake
+        fitted_quads(np.asarray([quad, quad]), [[(20.0, 100.0)]])
+
+
+@pytest.mark.parametrize(
+    ("height", "length", "long"),
+    [(0.0, 10.0, False), (0.5, 1.0, True), (0.5, 0.9, False), (36.0, 72.0, True), (36.0, 71.9, False)],
+)
+def test_a_box_is_long_at_two_heights_and_never_without_height(height, length, long):
+    quad = [[5, 5], [5 + length, 5], [5 + length, 5 + height], [5, 5 + height]]
+    assert gutters._long(gutters._Quad(np.asarray(quad, dtype=float))) is long
 
 
 # --- Through the engine --------------------------------------------------------------------------------

@@ -157,6 +157,7 @@ def _runs(blank: np.ndarray) -> list[tuple[int, int]]:
         ends = ends[1:]
     if len(blank) and blank[-1]:  # nor one to its end ink after it
         starts = starts[:-1]
+    # mutation: ReplaceTrueWithFalse equivalent because each start has its end: the same lengths.
     return list(zip(starts.tolist(), ends.tolist(), strict=True))
 
 
@@ -164,6 +165,9 @@ def gutter_pieces(quads: np.ndarray, image: np.ndarray) -> list[list[Piece]]:
     """For each box (n x 4 x 2 quadrilaterals, clockwise from the top left, in the image's pixels) the x
     ranges of its pieces once fitted to the page's gutters: [(x0, x1)] as it is, more than one where it is
     split at a gutter, an end moved where it overhung one."""
+    # mutation: ReplaceUnaryOperator_USub_Invert equivalent because numpy 2 infers a dimension given as any
+    # negative size (-2 as -1).
+    # mutation: NumberReplacer to `reshape(- 2` equivalent likewise.
     quads = np.asarray(quads, dtype=np.float64).reshape(-1, 4, 2)
     lines = _Lines(quads)
     found: list[list[Piece]] = [[(box.x0, box.x1)] for box in lines.quads]
@@ -279,10 +283,14 @@ def _confirmed(i: int, box: _Quad, start: int, end: int, lines: _Lines, page: _P
 def fitted_quads(quads: np.ndarray, pieces: list[list[Piece]]) -> tuple[np.ndarray, list[int]]:
     """The quadrilaterals of the boxes' pieces (gutter_pieces), each cut from its box along its top and
     bottom edges at the piece's x0 and x1, and for each the index of the box it came from."""
+    # mutation: ReplaceUnaryOperator_USub_Invert equivalent because numpy 2 infers a dimension given as any
+    # negative size (-2 as -1).
+    # mutation: NumberReplacer to `reshape(- 2` equivalent likewise.
     quads = np.asarray(quads, dtype=np.float64).reshape(-1, 4, 2)
     out: list[np.ndarray] = []
     source: list[int] = []
     for i, (quad, found) in enumerate(zip(quads, pieces, strict=True)):
+        # mutation: NumberReplacer to `found[ -1]` equivalent because the piece is found's only one.
         if len(found) == 1 and found[0] == (float(quad[:, 0].min()), float(quad[:, 0].max())):
             out.append(quad)
             source.append(i)
@@ -292,6 +300,9 @@ def fitted_quads(quads: np.ndarray, pieces: list[list[Piece]]) -> tuple[np.ndarr
             top, bottom = (_along(tl, tr, x0), _along(tl, tr, x1)), (_along(bl, br, x1), _along(bl, br, x0))
             out.append(np.stack([*top, *bottom]))
             source.append(i)
+    # mutation: ReplaceUnaryOperator_USub_Invert equivalent because numpy 2 infers a dimension given as any
+    # negative size (-2 as -1).
+    # mutation: NumberReplacer to `reshape(- 2` equivalent likewise.
     return np.asarray(out, dtype=np.float64).reshape(-1, 4, 2), source
 
 
