@@ -53,6 +53,21 @@ def as_is(quads: list) -> list[list[tuple[float, float]]]:
     return [[(q[0][0], q[1][0])] for q in quads]
 
 
+def both_ways(quads, page: np.ndarray) -> list[list[tuple[float, float]]]:
+    """gutter_pieces of the page, checked against those of its mirror image (left and right swapped: x to
+    width - x, each box's corners reordered clockwise again): the rules look at both sides of a gutter, and
+    both ends of a box, alike, so the mirror's pieces are the page's mirrored."""
+    q = np.asarray(quads, dtype=float)
+    got = gutter_pieces(q, page)
+    width = page.shape[1]
+    mirrored = q[:, [1, 0, 3, 2]].copy()
+    mirrored[..., 0] = width - mirrored[..., 0]
+    flipped = gutter_pieces(mirrored, np.ascontiguousarray(page[:, ::-1]))
+    want = [[pytest.approx((width - x1, width - x0)) for x0, x1 in reversed(row)] for row in got]
+    assert flipped == want, "the mirror image's pieces are not the page's mirrored"
+    return got
+
+
 def two_columns(rows: int, right: tuple[int, int] = RIGHT) -> tuple[np.ndarray, list]:
     """Two columns of `rows` lines, each line's two halves joined in one box (the detector's mistake)."""
     page = blank_page()
@@ -70,7 +85,7 @@ def test_lines_joined_across_a_narrow_gutter_are_split_there():
     # beside their ink: 52-423.6 and 444.4-816.
     page, quads = two_columns(8)
     want = [[(52, 423.6), (444.4, 816)]] * 8
-    assert gutter_pieces(np.asarray(quads), page) == [[pytest.approx(p) for p in row] for row in want]
+    assert both_ways(quads, page) == [[pytest.approx(p) for p in row] for row in want]
 
 
 def test_the_pieces_are_cut_from_their_quadrilaterals_along_its_edges():
@@ -122,7 +137,7 @@ def test_a_box_is_fitted_only_when_it_is_two_heights_long(right_end, split):
         text(page, 138, right_end, r)
         quads.append(box(100, right_end, r))
     want = [[(92, 121.6), (134.4, 164)]] * 8 if split else as_is(quads)
-    assert gutter_pieces(np.asarray(quads), page) == [[pytest.approx(p) for p in row] for row in want]
+    assert both_ways(quads, page) == [[pytest.approx(p) for p in row] for row in want]
 
 
 def test_a_wide_word_space_in_one_column_is_not_split():
@@ -133,7 +148,7 @@ def test_a_wide_word_space_in_one_column_is_not_split():
     for r in range(8):
         text(page, 60, 808, r, ((400, 30),) if r == 3 else ())
         quads.append(box(60, 808, r))
-    assert gutter_pieces(np.asarray(quads), page) == as_is(quads)
+    assert both_ways(quads, page) == as_is(quads)
 
 
 def test_wide_word_spaces_on_every_line_that_do_not_line_up_are_not_split():
@@ -143,7 +158,7 @@ def test_wide_word_spaces_on_every_line_that_do_not_line_up_are_not_split():
     for r in range(8):
         text(page, 60, 808, r, ((200 + 60 * r, 24),))
         quads.append(box(60, 808, r))
-    assert gutter_pieces(np.asarray(quads), page) == as_is(quads)
+    assert both_ways(quads, page) == as_is(quads)
 
 
 @pytest.mark.parametrize(("river", "split"), [(4, [0, 3]), (3, [])], ids=["4-lines", "3-lines"])
@@ -160,7 +175,7 @@ def test_the_rows_a_side_must_show(river, split):
     want = as_is(quads)
     for k in split:  # the space 400-424 (margin 3.6): 52-403.6 and 420.4-816
         want[2 + k] = [(52, 403.6), (420.4, 816)]
-    assert gutter_pieces(np.asarray(quads), page) == [[pytest.approx(p) for p in row] for row in want]
+    assert both_ways(quads, page) == [[pytest.approx(p) for p in row] for row in want]
 
 
 @pytest.mark.parametrize(("rows_under", "split"), [(2, True), (1, False)], ids=["2-rows", "1-row"])
@@ -182,7 +197,7 @@ def test_the_rows_that_must_count(rows_under, split):
     want = as_is(quads)
     if split:
         want[1] = [(52, 423.6), (444.4, 816)]
-    assert gutter_pieces(np.asarray(quads), page) == [[pytest.approx(p) for p in row] for row in want]
+    assert both_ways(quads, page) == [[pytest.approx(p) for p in row] for row in want]
 
 
 @pytest.mark.parametrize(("gutter", "split"), [(18, True), (17, False)], ids=["0.5h", "under"])
@@ -190,7 +205,7 @@ def test_the_gutter_width_limit(gutter, split):
     # GAP_MIN: a blank 0.5 h = 18 wide is a gutter (pieces 52-423.6 and 434.4-816); 17 is a word space,
     # however it lines up.
     page, quads = two_columns(6, right=(420 + gutter, 808))
-    got = gutter_pieces(np.asarray(quads), page)
+    got = both_ways(quads, page)
     assert got == ([[pytest.approx((52, 423.6)), pytest.approx((434.4, 816))]] * 6 if split else as_is(quads))
 
 
@@ -232,7 +247,7 @@ def test_the_rows_that_confirm_a_gutter(left, right, split):
     text(page, 438, 808, 1)
     quads = [box(60, 808, 0), box(60, 808, 1)]
     story_over(page, quads, [2, 3], left, right)
-    got = gutter_pieces(np.asarray(quads), page)
+    got = both_ways(quads, page)
     assert got[1] == ([pytest.approx((52, 423.6)), pytest.approx((434.4, 816))] if split else as_is(quads)[1])
 
 
@@ -249,7 +264,7 @@ def test_a_short_last_line_joined_to_the_next_column_is_split_at_the_gutter():
         quads.append(box(60, 808, r))
     want = [[(52, 423.6), (444.4, 816)]] * 8
     want[3] = [(52, 203.6), (444.4, 816)]
-    assert gutter_pieces(np.asarray(quads), page) == [[pytest.approx(p) for p in row] for row in want]
+    assert both_ways(quads, page) == [[pytest.approx(p) for p in row] for row in want]
 
 
 @pytest.mark.parametrize(("second", "split"), [(180, True), (181, False)], ids=["5h", "past"])
@@ -270,7 +285,7 @@ def test_the_window_rows_are_looked_for_in(second, split):
             [[x0 - PAD, y - PAD], [x1 + PAD, y - PAD], [x1 + PAD, y + INK + PAD], [x0 - PAD, y + INK + PAD]]
             for x0, x1 in (LEFT, RIGHT)
         ]
-    got = gutter_pieces(np.asarray(quads), page)
+    got = both_ways(quads, page)
     assert got[1] == ([pytest.approx((52, 423.6)), pytest.approx((444.4, 816))] if split else as_is(quads)[1])
 
 
@@ -281,7 +296,7 @@ def test_box_ends_overhanging_a_gutter_are_pulled_back():
     page = blank_page()
     quads: list = []
     story_over(page, quads, list(range(6)), LEFT, RIGHT)
-    assert gutter_pieces(np.asarray(quads), page) == [
+    assert both_ways(quads, page) == [
         [pytest.approx(p)] for _ in range(6) for p in ((52, 423.6), (444.4, 816))
     ]
 
@@ -298,7 +313,7 @@ def test_an_end_beside_a_wide_blank_is_pulled_back_where_the_rows_show_a_gutter(
     story_over(page, quads, [3, 4, 5], LEFT, RIGHT)
     want = [[(52, 423.6)], [(444.4, 816)]] * 6
     want[5] = [(592, 816)]
-    assert gutter_pieces(np.asarray(quads), page) == [[pytest.approx(p) for p in row] for row in want]
+    assert both_ways(quads, page) == [[pytest.approx(p) for p in row] for row in want]
 
 
 @pytest.mark.parametrize(("end", "moved"), [(423.7, True), (423.5, False)], ids=["over", "within"])
@@ -310,7 +325,7 @@ def test_an_end_is_pulled_back_only_when_it_reaches_past_the_margin(end, moved):
     story_over(page, quads, list(range(6)), LEFT, RIGHT)
     for q in quads[::2]:
         q[1][0] = q[2][0] = end
-    got = gutter_pieces(np.asarray(quads), page)
+    got = both_ways(quads, page)
     assert [p[0][1] for p in got[::2]] == [pytest.approx(423.6 if moved else end)] * 6
     assert [p[0][0] for p in got[1::2]] == [pytest.approx(444.4)] * 6
 
@@ -329,7 +344,7 @@ def test_a_tilted_page_is_split_at_its_gutter(angle):
     q = np.asarray(quads, dtype=float)
     x, y = q[..., 0] - cx, q[..., 1] - cy
     q = np.stack([np.cos(a) * x + np.sin(a) * y + cx, -np.sin(a) * x + np.cos(a) * y + cy], axis=-1)
-    got = gutter_pieces(q, turned)
+    got = both_ways(q, turned)
     for r, pieces in enumerate(got):
         assert len(pieces) == 2, r
         # The gutter's middle on this row (its centre y), turned: x = cx + cos a (434 - cx) + sin a (yc - cy)
@@ -556,5 +571,5 @@ def test_the_middle_taken_in_from_a_wide_runs_end(left_end, split):
         text(page, 60, 200 if r == 3 else left_end, r)
         text(page, *RIGHT, r)
         quads.append(box(60, 808, r))
-    got = gutter_pieces(np.asarray(quads), page)
+    got = both_ways(quads, page)
     assert got[3] == ([pytest.approx((52, 203.6)), pytest.approx((444.4, 816))] if split else as_is(quads)[3])

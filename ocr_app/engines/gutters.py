@@ -261,6 +261,9 @@ def _confirmed(i: int, box: _Quad, start: int, end: int, lines: _Lines, page: _P
         seen: dict[bool, list[float]] = {True: [], False: []}
         for j in near.tolist():
             dy = float(dys[j])
+            # mutation: ReplaceComparisonOperator_Gt equivalent because both sides are taken alike (either
+            # may confirm) and |dy| >= 0.5 h keeps a row off the middle.
+            # mutation: NumberReplacer equivalent likewise for boxes over 2 px tall (|dy| > 1 there).
             below = dy > 0
             rows = sides[below]
             if len(rows) >= ROWS or any(abs(dy - other) < 0.5 * h for other in seen[below]):
