@@ -319,6 +319,16 @@ def test_a_whole_factor_shrink_is_the_mean_of_each_block():
     for got in (np.asarray(shrink(Image.fromarray(noise), (100, 25))), shrink_array(noise, 100)):
         assert got.shape == (25, 100, 3)
         assert np.abs(got.astype(float) - mean).max() <= 1.0
+    # Higher than wide: the factor is each side's own there too (the width's over the width).
+    tall = np.ascontiguousarray(noise.transpose(1, 0, 2))
+    for got in (np.asarray(shrink(Image.fromarray(tall), (25, 100))), shrink_array(tall, 100)):
+        assert got.shape == (100, 25, 3)
+        assert np.abs(got.astype(float) - mean.transpose(1, 0, 2)).max() <= 1.0
+    # 4x across and 2x down: the box filter takes the smaller whole factor (2), the bilinear the rest,
+    # which at exactly 2x is the mean of each pair: each pixel the mean of its 4 x 2 block.
+    got = np.asarray(shrink(Image.fromarray(noise), (100, 50)))
+    assert got.shape == (50, 100, 3)
+    assert np.abs(got.astype(float) - noise.reshape(50, 2, 100, 4, 3).mean(axis=(1, 3))).max() <= 1.0
 
 
 @pytest.mark.parametrize(
@@ -377,6 +387,10 @@ def test_a_pdf_page_at_the_side_bound_is_read_and_one_point_more_is_refused():
         assert exc.value.message.startswith(
             f"PDF page 1 is {box[2]} x {box[3]} pt: a page is at most 14 400 pt"
         )
+    # Under a point a side is a page all the same (the bound is above 0): a pixel or two at 200 dpi.
+    for box, size in ((b"0 0 100 0.5", (278, 2)), (b"0 0 0.5 100", (2, 278))):
+        [page] = load_pages(h.text_pdf(media_box=box), "application/pdf", None, LIMITS)
+        assert (page.width, page.height) == size
     # A page of no area is not refused: PDFium reports US Letter for it (pdf.py relies on this).
     for box in ([0, 0, 100, 0], [0, 0, 0, 100]):
         [page] = load_pages(pdf_of_mediabox(box), "application/pdf", None, LIMITS)

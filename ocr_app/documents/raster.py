@@ -37,6 +37,8 @@ def raster_pages(data: bytes, selection: list[int] | None, limits: Limits) -> li
     for number in select_pages(selection, count, limits):
         try:
             im.seek(number - 1)
+        # mutation: ExceptionReplacer equivalent because count_frames has sought each selected frame
+        # before, where a frame that raises did so first (its errors answered by the except above).
         except (EOFError, OSError, SyntaxError, ValueError, TypeError, KeyError, IndexError) as err:
             raise InvalidDocument(f"cannot read image page {number}: {err}") from None
         page = _prepare_frame(im, data, number, limits)

@@ -97,6 +97,7 @@ class _Pool(AsyncConnectionPool):
     async def primary_moved(self) -> None:
         # Once a minute at most: a URL without target_session_attrs=read-write reconnects to the same
         # read-only server, and the probe finds it so each job_poll_s (its own warning says when that ends).
+        # mutation: NumberReplacer equivalent because it moves a log line's rate by a second a minute.
         if time.monotonic() - self._moved_logged_at > 60:
             self._moved_logged_at = time.monotonic()
             log.warning("job database read-only (a demoted primary?): reconnecting to the writable host")
