@@ -136,6 +136,25 @@ def test_every_draft_scale_takes_opencvs_path(factor):
     assert np.array_equal(worker.bgr[..., ::-1], np.asarray(pillow.convert("RGB")))
 
 
+@pytest.mark.parametrize(
+    "opencv",
+    [lambda data, flags: None, lambda data, flags: np.zeros((7, 9, 3), np.uint8)],
+    ids=["refused", "other-size"],
+)
+def test_a_jpeg_opencv_refuses_or_reads_at_another_size_takes_pillows_path(monkeypatch, opencv):
+    """OpenCV's fast path answers only with an array of Pillow's size: refused (None) or another size, the
+    page is Pillow's decode (recomputed here), in a decode worker too."""
+    from ocr_app.documents import raster
+
+    data = encode(render(["Slow path"]).image.resize((400, 300)), "JPEG")
+    monkeypatch.setattr(raster.cv2, "imdecode", opencv)
+    want = np.asarray(Image.open(io.BytesIO(data)).convert("RGB"))
+    [page] = load_pages(data, "image/jpeg", None, LIMITS)
+    assert np.array_equal(np.asarray(page.image), want)
+    [worker] = load_pages(data, "image/jpeg", None, LIMITS, bgr=True)
+    assert worker.size == (400, 300)
+
+
 def test_jpeg_without_its_end_marker_is_refused_not_filled_in():
     data = encode(render(["Cut short"]).image.resize((3000, 2000)), "JPEG")
     assert code_of(load_pages, data[: len(data) * 2 // 3], "image/jpeg", None, LIMITS) == "invalid_image"
@@ -208,15 +227,12 @@ def test_pdf_nested_forms_are_refused_before_anything_renders(monkeypatch):
     assert "more than 100 000 objects (form XObjects nested 6 deep)" in exc.value.message
 
 
-def test_tiff_frames_are_pages_each_its_own():
-    colours = [(255, 0, 0), (0, 255, 0), (0, 0, 255)]
+@pytest.mark.parametrize("frames", [2, 3])
+def test_tiff_frames_are_pages_each_its_own(frames):
+    colours = [(255, 0, 0), (0, 255, 0), (0, 0, 255)][:frames]
     data = multipage_tiff([Image.new("RGB", (40, 30), c) for c in colours])
     pages = load_pages(data, "image/tiff", None, LIMITS)
-    assert [(p.number, p.image.getpixel((0, 0))) for p in pages] == [
-        (1, colours[0]),
-        (2, colours[1]),
-        (3, colours[2]),
-    ]
+    assert [(p.number, p.image.getpixel((0, 0))) for p in pages] == list(enumerate(colours, 1))
 
 
 def test_bomb_refused_from_header():

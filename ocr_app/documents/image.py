@@ -119,6 +119,8 @@ def shrink(image: Image.Image, size: tuple[int, int]) -> Image.Image:
 def shrink_array(bgr: np.ndarray, side: int) -> np.ndarray:
     """OpenCV's pixels with the longest side at most `side`, filtered as shrink() filters an image."""
     h, w = bgr.shape[:2]
+    # mutation: ReplaceComparisonOperator_LtE_Lt equivalent because a resize to the array's own size is a
+    # copy (checked: the same pixels).
     if max(w, h) <= side:
         return bgr
     size = fit((w, h), side)

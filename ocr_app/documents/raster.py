@@ -65,6 +65,8 @@ def count_frames(im: Image.Image, bound: int) -> int:
     """The document's frame count, or `bound` if it has at least that many (TIFF only has more than one)."""
     if im.format != "TIFF":
         return 1
+    # mutation: NumberReplacer to `count = 0` equivalent because it seeks the open frame first: the same
+    # count.
     count = 1
     while count < bound:
         try:
