@@ -330,14 +330,57 @@ def test_an_end_is_pulled_back_only_when_it_reaches_past_the_margin(end, moved):
     assert [p[0][0] for p in got[1::2]] == [pytest.approx(444.4)] * 6
 
 
-@pytest.mark.parametrize("angle", [1.5, 4.0])
-def test_a_tilted_page_is_split_at_its_gutter(angle):
+@pytest.mark.parametrize(("x1", "pieces"), [(448.5, 2), (448.4, 1)], ids=["on-the-centre", "short-of-it"])
+def test_a_box_holds_the_columns_whose_centre_it_reaches(x1, pieces):
+    # The joined boxes end at x1, by the right column's first ink column (448, its centre 448.5). Reaching
+    # that centre, the box holds ink past the gutter: it is split there (52-423.6 and 444.4-448.5). Short of
+    # it, its ink ends at 419 and the gutter is its overhang: that end is pulled back to 423.6.
+    page, quads = two_columns(8)
+    for q in quads:
+        q[1][0] = q[2][0] = x1
+    want = [[(52, 423.6), (444.4, x1)] if pieces == 2 else [(52, 423.6)]] * 8
+    assert both_ways(quads, page) == [[pytest.approx(p) for p in row] for row in want]
+
+
+def test_a_word_space_before_the_gutter_does_not_stop_the_search():
+    # Row 3 has a 30 px space at 200 (0.83 h, wide enough to be looked at) where the rows around have ink:
+    # not a gutter; the real one after it, 420-448, is still found and cut.
+    page = blank_page()
+    quads = []
+    for r in range(8):
+        text(page, *LEFT, r, ((200, 30),) if r == 3 else ())
+        text(page, *RIGHT, r)
+        quads.append(box(LEFT[0], RIGHT[1], r))
+    assert both_ways(quads, page) == [[pytest.approx((52, 423.6)), pytest.approx((444.4, 816))]] * 8
+
+
+@pytest.mark.parametrize("short_end", [422, 428], ids=["26-wide", "20-wide"])
+def test_a_run_just_wider_than_two_insets_is_looked_at_from_its_ends(short_end):
+    # Row 3's left text ends at short_end; its run to the right column (448) is 26 or 20 px, over 2 (EDGE +
+    # CORE / 2) h = 18: looked at in three places, its centre and 9 in from each end. The rows around end
+    # their left text at 434 (a 14 px space, under GAP_MIN: they are not cut): ink in the core of the run's
+    # centre (435 or 438), blank in the far end's (439: columns 434-443) with text both sides. Only that one
+    # confirms row 3's gutter: it is split at short_end + 3.6 and 444.4.
+    page = blank_page()
+    quads = []
+    for r in range(8):
+        text(page, 60, short_end if r == 3 else 434, r)
+        text(page, *RIGHT, r)
+        quads.append(box(60, 808, r))
+    want = as_is(quads)
+    want[3] = [(52, short_end + 3.6), (444.4, 816)]
+    assert both_ways(quads, page) == [[pytest.approx(p) for p in row] for row in want]
+
+
+@pytest.mark.parametrize(("angle", "gutter"), [(1.5, 28), (4.0, 28), (4.0, 21)])
+def test_a_tilted_page_is_split_at_its_gutter(angle, gutter):
     # The two-column page turned 1.5 degrees (its columns drift 0.8 px a line, a box's ends 20 px apart in
     # height) and 4 (2.1 px a line; a box's ends 53 px apart, more than a line's pitch), boxes turned with it:
     # each joined box is cut once, between the left column's ink and the right one's on its row. The gutter
-    # stays blank in a row read level instead of along its tilt, so this does not pin the rows' slopes (their
-    # mutants survive make mutate); at 4 degrees it pins the sign of the top edge's.
-    page, quads = two_columns(8)
+    # stays blank in a row read level instead of along its tilt at 28 px; at 21 (0.58 h) the rows 3 lines
+    # away drift 6 px from the gutter's middle, and its core (10.8 px) reaches into their ink unless each is
+    # looked at along the tilt.
+    page, quads = two_columns(8, right=(420 + gutter, 808))
     turned = np.asarray(Image.fromarray(page).rotate(angle, Image.Resampling.NEAREST, fillcolor=255))
     a = np.radians(angle)  # PIL turns counterclockwise on screen: (x, y) -> about the centre
     cx, cy = page.shape[1] / 2, page.shape[0] / 2
@@ -347,10 +390,10 @@ def test_a_tilted_page_is_split_at_its_gutter(angle):
     got = both_ways(q, turned)
     for r, pieces in enumerate(got):
         assert len(pieces) == 2, r
-        # The gutter's middle on this row (its centre y), turned: x = cx + cos a (434 - cx) + sin a (yc - cy)
-        yc = top(r) + INK / 2
-        middle = cx + np.cos(a) * (434 - cx) + np.sin(a) * (yc - cy)
-        assert middle - 14 < pieces[0][1] < middle - 4 and middle + 4 < pieces[1][0] < middle + 14, r
+        # The gutter's middle on this row (its centre y), turned: x = cx + cos a (mx - cx) + sin a (yc - cy)
+        yc, mx, half = top(r) + INK / 2, 420 + gutter / 2, gutter / 2
+        middle = cx + np.cos(a) * (mx - cx) + np.sin(a) * (yc - cy)
+        assert middle - half < pieces[0][1] < middle - 4 and middle + 4 < pieces[1][0] < middle + half, r
 
 
 def test_no_boxes_and_a_blank_page():

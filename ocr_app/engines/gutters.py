@@ -213,10 +213,15 @@ def _fit(i: int, box: _Quad, lines: _Lines, page: _Page) -> list[Piece] | None:
         width, margin = end - start, MARGIN * h
         if width < GAP_MIN * h:
             continue
+        # mutation: ReplaceComparisonOperator_Lt_LtE equivalent because first is an ink column and start a
+        # blank one: never the same.
         if first < start and end <= last:
             where = "split"
+        # mutation: ReplaceComparisonOperator_Gt_GtE equivalent because an end at exactly start + margin is
+        # moved to where it is: nothing changes.
         elif start == last + 1 and x1 > start + margin:
             where = "right"
+        # mutation: ReplaceComparisonOperator_Lt_LtE equivalent likewise.
         elif end == first and x0 < end - margin:
             where = "left"
         else:
@@ -242,6 +247,12 @@ def _confirmed(i: int, box: _Quad, start: int, end: int, lines: _Lines, page: _P
     h = box.h
     inset = (EDGE + CORE / 2) * h
     middle = (start + end) / 2
+    # A run is at least GAP_MIN h = 2 inset wide (narrower ones are not looked at), where the three places
+    # are its middle: more of them for narrower runs changes nothing.
+    # mutation: ReplaceComparisonOperator_LtE_Lt equivalent because of that.
+    # mutation: NumberReplacer to `1 * inset` equivalent because of that.
+    # mutation: ReplaceBinaryOperator_Mul_Div equivalent because of that.
+    # mutation: ReplaceBinaryOperator_Sub_Add equivalent because of that (end + start is never that small).
     anchors = [middle] if end - start <= 2 * inset else [start + inset, middle, end - inset]
     core, reach = CORE * h / 2, REACH * h
     mid = box.middle(middle)
