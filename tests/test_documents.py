@@ -46,6 +46,13 @@ def test_page_selection_limits():
     assert code_of(parse_page_selection, "0-2", 50) == "invalid_parameter"
 
 
+def test_a_malformed_selection_is_quoted_to_its_first_40_characters():
+    for spec, quoted in (("a" * 40, "a" * 40), ("b" * 41, "b" * 40), ("1-3;" + "9" * 60, "1-3;" + "9" * 36)):
+        with pytest.raises(OcrError) as exc:
+            parse_page_selection(spec, 50)
+        assert exc.value.message == f"pages must look like '1-3,5', got '{quoted}'"
+
+
 def test_page_selection_at_max_pages_and_one_past():
     # 50 pages selected: at the limit; 51, in one range or over several: one past it.
     assert parse_page_selection("1-50", 50) == list(range(1, 51))
@@ -411,6 +418,19 @@ def test_a_pdf_page_at_the_side_bound_is_read_and_one_point_more_is_refused():
     for box in ([0, 0, 100, 0], [0, 0, 0, 100]):
         [page] = load_pages(pdf_of_mediabox(box), "application/pdf", None, LIMITS)
         assert (page.width, page.height) == (1700, 2200)
+
+
+def test_a_pdf_page_pdfium_cannot_render_is_named(monkeypatch):
+    # PDFium refuses a bitmap or a render (pypdfium2's PdfiumError): the page is named, as an invalid
+    # document, not a server error.
+    def refuse(self, **kwargs):
+        raise pdfium.PdfiumError("Failed to create bitmap")
+
+    monkeypatch.setattr(pdfium.PdfPage, "render", refuse)
+    with pytest.raises(OcrError) as exc:
+        load_pages(pdf_of_mediabox([0, 0, 100, 100]), "application/pdf", None, LIMITS)
+    assert exc.value.code == "invalid_image"
+    assert exc.value.message == "cannot render PDF page 1: Failed to create bitmap"
 
 
 def test_a_document_that_cannot_be_opened_cannot_be_counted():

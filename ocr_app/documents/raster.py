@@ -143,6 +143,8 @@ def _decode_jpeg_bgr(im: Image.Image, data: bytes, orientation: int) -> np.ndarr
 
 
 def _to_rgb(im: Image.Image) -> Image.Image:
+    # mutation: ReplaceAndWithOr equivalent because a P, RGB, L or 1 image without transparency put on
+    # white paper is itself (checked on random pixels), by the longer way.
     if im.mode in ("RGBA", "LA", "PA") or (im.mode in ("P", "RGB", "L", "1") and "transparency" in im.info):
         # Transparent pixels are often black: put the page on white paper, as a viewer would. A palette
         # marks them by index, an RGB or grey PNG by a colour key (its tRNS chunk): Pillow's RGBA honours
