@@ -115,6 +115,21 @@ def text_pdf(text: bytes = b"Clean page 42", media_box: bytes = b"0 0 612 792") 
     )
 
 
+def filled_form_pdf(value: bytes = b"Filled in 2026") -> bytes:
+    """A 300 x 200 pt page with one text field, filled in as many form fillers save it: its value and
+    NeedAppearances, no appearance stream of its own (a viewer draws it). The field is at 20-280 x 80-120 pt
+    (from the page's bottom left)."""
+    return pdf(
+        b"<< /Type /Catalog /Pages 2 0 R /AcroForm << /Fields [4 0 R] /NeedAppearances true"
+        b" /DA (/Helv 0 Tf 0 g) /DR << /Font << /Helv 5 0 R >> >> >> >>",
+        b"<< /Type /Pages /Kids [3 0 R] /Count 1 >>",
+        b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 300 200] /Annots [4 0 R] >>",
+        b"<< /Type /Annot /Subtype /Widget /FT /Tx /T (name) /V (%s) /DA (/Helv 18 Tf 0 g)"
+        b" /Rect [20 80 280 120] /F 4 /P 3 0 R >>" % value,
+        b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>",
+    )
+
+
 def pdf_huge_page(inches: int = 200) -> bytes:
     """A page of `inches` x `inches` (200 in = 14 400 pt: 40 000 px a side at 200 dpi)."""
     side = b"%d" % (inches * INCH)

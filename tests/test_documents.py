@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import io
+import subprocess
 
 import numpy as np
 import pypdfium2 as pdfium
@@ -418,6 +419,32 @@ def test_a_pdf_page_at_the_side_bound_is_read_and_one_point_more_is_refused():
     for box in ([0, 0, 100, 0], [0, 0, 0, 100]):
         [page] = load_pages(pdf_of_mediabox(box), "application/pdf", None, LIMITS)
         assert (page.width, page.height) == (1700, 2200)
+
+
+def test_a_filled_in_form_fields_value_is_drawn(tmp_path):
+    # A text field's value with no appearance stream of its own (NeedAppearances): drawn by PDFium's form
+    # layer, inside the field's rectangle (20-280 x 80-120 pt: at 200 dpi x 56-778, y 222-333 from the
+    # top), and nothing elsewhere on the page; where poppler (a second reader) draws it, within 3 px.
+    # Without the form layer the page is blank.
+    data = h.filled_form_pdf()
+    [page] = load_pages(data, "application/pdf", None, LIMITS)
+    ink = np.asarray(page.image.convert("L")) < 128
+    assert page.image.size == (834, 556)
+    field = np.zeros_like(ink)
+    field[222:334, 55:779] = True
+    assert ink[field].sum() > 500, "the field's value is not drawn"
+    assert not ink[~field].any(), np.argwhere(ink & ~field)[:5]
+    (tmp_path / "form.pdf").write_bytes(data)
+    poppler_cmd = ["pdftoppm", "-r", "200", "-gray", "-singlefile", "form.pdf", "poppler"]
+    subprocess.run(poppler_cmd, cwd=tmp_path, check=True)
+    poppler = np.asarray(Image.open(tmp_path / "poppler.pgm")) < 128
+
+    def bbox(a):
+        ys, xs = np.nonzero(a)
+        return np.asarray([ys.min(), ys.max(), xs.min(), xs.max()])
+
+    assert poppler.shape == ink.shape
+    assert np.abs(bbox(ink) - bbox(poppler)).max() <= 3, (bbox(ink), bbox(poppler))
 
 
 def test_a_pdf_page_pdfium_cannot_render_is_named(monkeypatch):

@@ -100,6 +100,10 @@ def pdf_pages(data: bytes, selection: list[int] | None, limits: Limits) -> list[
     with _PDFIUM_LOCK:
         try:
             pdf = pdfium.PdfDocument(data)
+            # PDFium's form layer draws the filled-in fields: one saved without an appearance of its own
+            # (NeedAppearances, as many form fillers leave it) is otherwise blank. Before the page count
+            # and the pages, as PDFium needs; nothing for a document without fields.
+            pdf.init_forms()
         except pdfium.PdfiumError as err:
             raise InvalidDocument(f"cannot open PDF: {err}") from None
         try:
