@@ -110,6 +110,7 @@ def pdf_pages(data: bytes, selection: list[int] | None, limits: Limits) -> list[
             numbers = select_pages(selection, len(pdf), limits)
             _check_pdf_page_sizes(pdf, numbers)
             pages = _load_pdf_pages(pdf, numbers)
+            # mutation: ReplaceTrueWithFalse equivalent because _load_pdf_pages loads one page per number.
             for number, page in zip(numbers, pages, strict=True):
                 try:
                     w_pt, h_pt = page.get_size()
