@@ -120,11 +120,13 @@ bench-vllm: system-deps  ## engine vllm in-process vs `vllm serve` (same install
 	$(VLLM_RUN) -m bench.vllm
 
 # Mutation testing of the modules that guard the service, on a copy of the working tree; sessions and the report
-# in build/mutate/. MODULE=auth (or several, space-separated) for some; MUTATE_BUDGET bounds the run (seconds).
+# in build/mutate/. MODULE=auth (or several, space-separated) for some; MUTATE_BUDGET bounds the run (seconds);
+# MUTATE_JOBS modules are mutated at once, each on its own copy.
 MODULE ?=
 MUTATE_BUDGET ?= 14400
+MUTATE_JOBS ?= 2
 mutate: system-deps venv  ## mutation testing (cosmic-ray) of the guard modules, MODULE=auth for one; not in make test
-	nice -n 10 $(BIN)/python scripts/mutate.py --budget $(MUTATE_BUDGET) $(MODULE)
+	nice -n 10 $(BIN)/python scripts/mutate.py --budget $(MUTATE_BUDGET) --jobs $(MUTATE_JOBS) $(MODULE)
 
 # A Python with the app and its vllm extra: on a GPU host, a release's (/opt/ocr-app/current/bin/python).
 GPU_PYTHON ?= $(BIN)/python

@@ -12,6 +12,11 @@ copy times those tests; each mutant may take TIMEOUT_FACTOR times that (a mutant
 killed, as cosmic-ray counts it), and the whole run stops starting mutants once --budget seconds have gone; a
 later run goes on where it stopped.
 
+With --jobs N (make mutate's MUTATE_JOBS: 2, one a core here), N workers mutate modules at once, each on its
+own copy, each taking the next module no run holds: a module is held (a lock on build/mutate/<module>.lock)
+while it is mutated, so two runs, or two workers, never mutate one module's session at once; a module held
+elsewhere is left to its holder.
+
 Sessions (cosmic-ray's SQLite work databases) are kept in build/mutate/ (git-ignored), one per module. A new
 run carries a mutant's result over while its module's code is unchanged (comments aside); a survivor's only
 while the module's tests are unchanged too, so a test written to kill it is tried on the next run.
@@ -31,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import fcntl
 import hashlib
 import json
 import os
@@ -414,6 +420,38 @@ def report(names: list[str]) -> str:
     return "\n".join(out) + "\n"
 
 
+def held(name: str) -> Any:
+    """The module's lock, taken (an open file: held until closed), or None when another run holds it."""
+    BUILD.mkdir(parents=True, exist_ok=True)
+    lock = (BUILD / f"{name}.lock").open("w")
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        lock.close()
+        return None
+    return lock
+
+
+def run_workers(args: argparse.Namespace, names: list[str]) -> None:
+    """--jobs workers, each this script on all the modules (each takes those no one holds); SIGTERM or
+    Ctrl-C is passed on to them, which end their test runs and remove their copies."""
+    cmd = [sys.executable, __file__, "--worker", "--budget", str(args.budget), *names]
+    workers = [subprocess.Popen(cmd) for _ in range(min(args.jobs, len(names)))]
+
+    def pass_on(signum: int, frame: object) -> None:
+        for worker in workers:
+            worker.send_signal(signal.SIGTERM)
+
+    signal.signal(signal.SIGTERM, pass_on)
+    signal.signal(signal.SIGINT, pass_on)
+    codes = [worker.wait() for worker in workers]
+    text = report(names)
+    (BUILD / "report.txt").write_text(text)
+    print(text, end="")
+    if any(codes):
+        sys.exit(f"mutate: a worker ended with {codes}")
+
+
 def stop(signum: int, frame: object) -> None:
     """On SIGTERM or Ctrl-C: end the test run under way too (cosmic-ray starts it in a session of its own,
     out of reach of the terminal's signal), then leave through the cleanups (the copy is removed)."""
@@ -436,12 +474,19 @@ def main() -> None:
         "--budget", type=float, default=4 * 3600, help="seconds for the whole run (default 4 h)"
     )
     parser.add_argument("--report", action="store_true", help="only print the report of the kept sessions")
+    parser.add_argument(
+        "--jobs", type=int, default=1, help="modules mutated at once, each on its own copy (default 1)"
+    )
+    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)  # one of --jobs' workers
     args = parser.parse_args()
     names = args.modules or list(MODULES)
     if unknown := set(names) - set(MODULES):
         parser.error(f"no such module: {', '.join(sorted(unknown))}")
     if args.report:
         print(report(names), end="")
+        return
+    if args.jobs > 1 and len(names) > 1:
+        run_workers(args, names)
         return
     deadline = time.monotonic() + args.budget
     signal.signal(signal.SIGTERM, stop)
@@ -463,14 +508,21 @@ def main() -> None:
             sys.exit(f"mutate: ocr_app imports from {imported}, not from the copy {tree}")
         os.environ.update(env)
         for name in names:
-            module = MODULES[name]
-            took = baseline(module, tree, env)
-            timeout = max(TIMEOUT_FACTOR * took, took + TIMEOUT_FLOOR_S)
-            session = prepare(name, module, tree, env, timeout)
-            print(f"mutate: {name}: baseline {took:.1f} s, each mutant up to {timeout:.0f} s", flush=True)
-            if not execute(session, tree, timeout, deadline):
-                print(f"mutate: the budget ({args.budget:.0f} s) ran out in {name}", flush=True)
-                break
+            lock = held(name)
+            if lock is None:
+                print(f"mutate: {name}: held by another run, left to it", flush=True)
+                continue
+            with lock:
+                module = MODULES[name]
+                took = baseline(module, tree, env)
+                timeout = max(TIMEOUT_FACTOR * took, took + TIMEOUT_FLOOR_S)
+                session = prepare(name, module, tree, env, timeout)
+                print(f"mutate: {name}: baseline {took:.1f} s, each mutant up to {timeout:.0f} s", flush=True)
+                if not execute(session, tree, timeout, deadline):
+                    print(f"mutate: the budget ({args.budget:.0f} s) ran out in {name}", flush=True)
+                    break
+    if args.worker:
+        return  # the report is the parent's, once every worker has ended
     text = report(names)
     (BUILD / "report.txt").write_text(text)
     print(text, end="")
