@@ -81,6 +81,8 @@ def preview_data_url(image: Image.Image) -> str:
         # speed for a smoother picture: its size and what it shows are the same.
         image = image.resize(fit(image.size, PREVIEW_MAX_SIDE), Image.Resampling.BILINEAR, reducing_gap=2.0)
     buf = BytesIO()
+    # mutation: ReplaceTrueWithFalse equivalent because optimize only shrinks the JPEG's Huffman tables:
+    # the same pixels.
     image.save(buf, format="JPEG", quality=PREVIEW_JPEG_QUALITY, optimize=True)
     return "data:image/jpeg;base64," + base64.b64encode(buf.getvalue()).decode("ascii")
 

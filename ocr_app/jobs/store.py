@@ -92,12 +92,15 @@ class _Pool(AsyncConnectionPool):
                 await self.drain()
             raise
 
+    # mutation: ReplaceUnaryOperator_USub_Not equivalent because 0 logs the first warning too: monotonic()
+    # (the host's uptime) is past a minute before a job database can have been demoted.
     _moved_logged_at = -math.inf
 
     async def primary_moved(self) -> None:
         # Once a minute at most: a URL without target_session_attrs=read-write reconnects to the same
         # read-only server, and the probe finds it so each job_poll_s (its own warning says when that ends).
         # mutation: NumberReplacer equivalent because it moves a log line's rate by a second a minute.
+        # mutation: ReplaceComparisonOperator_Gt_GtE equivalent likewise (a tie of floats to the ns).
         if time.monotonic() - self._moved_logged_at > 60:
             self._moved_logged_at = time.monotonic()
             log.warning("job database read-only (a demoted primary?): reconnecting to the writable host")
