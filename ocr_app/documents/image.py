@@ -19,6 +19,8 @@ if TYPE_CHECKING:
 
 # `preview=true`: the page the engine saw, small enough to send back inside the JSON.
 PREVIEW_MAX_SIDE = 1024
+# mutation: NumberReplacer equivalent because the preview's quality trades its size against its fidelity:
+# what it shows, and its size in pixels, are the same.
 PREVIEW_JPEG_QUALITY = 80
 
 

@@ -64,9 +64,9 @@ def _count_pdf_page_objects(page: pdfium.PdfPage) -> tuple[int, int]:
         # mutation: NumberReplacer to `max(n, -1)` equivalent because PDFium answers -1 only for an object
         # that is not a form, and every object here is one.
         count += max(n, 0)
-        # mutation: ReplaceBreakWithContinue equivalent because the count is past the bound already, and the
-        # forms left on the stack are no deeper than the deepest seen: only more work, the same answer.
         if count > MAX_PDF_PAGE_OBJECTS:
+            # mutation: ReplaceBreakWithContinue equivalent because the count is past the bound already, and
+            # the forms left on the stack are no deeper than the deepest seen: more work, the same answer.
             break
         for i in range(n):
             obj = raw.FPDFFormObj_GetObject(form, i)
@@ -82,6 +82,8 @@ def _load_pdf_pages(pdf: pdfium.PdfDocument, numbers: list[int]) -> list[pdfium.
     for number in numbers:
         try:
             page = pdf[number - 1]  # the page count may lie (a broken page tree)
+        # mutation: ExceptionReplacer equivalent because _check_pdf_page_sizes has looked each page up in
+        # the same page tree first, where a missing one failed.
         except pdfium.PdfiumError as err:
             raise _unloadable_page(number, err) from None
         pages.append(page)
