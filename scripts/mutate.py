@@ -29,7 +29,8 @@ NumberReplacer, ...); `# mutation: <operator> to `<text>` ...` covers only the m
 <text>.
 
 The report (printed, and in build/mutate/report.txt): per module killed/total and the score, each survivor
-with file, line and the mutation, then the mutants argued equivalent (`=`), left out of the score.
+with file, line and the mutation, then the mutants cosmic-ray could not make (`!`, with its error: no test
+ran) and those argued equivalent (`=`), both left out of the score.
 """
 
 from __future__ import annotations
@@ -377,18 +378,24 @@ def report(names: list[str]) -> str:
         killed = survived = pending = equivalent = 0
         survivors: list[str] = []
         argued: list[str] = []
+        unmade: list[str] = []
         for job_id, item in items.items():
             result = results.get(job_id)
+            mutation = item.mutations[0]
+            where = (
+                f"{mutation.module_path}:{mutation.start_pos[0]}"
+                f" {mutation.operator_name.removeprefix('core/')} #{mutation.occurrence}"
+            )
             if result is None:
                 pending += 1
             elif result.worker_outcome == WorkerOutcome.SKIPPED:
                 if result.output == "argued equivalent":
                     equivalent += 1
-                    mutation = item.mutations[0]
-                    argued.append(
-                        f"    = {mutation.module_path}:{mutation.start_pos[0]}"
-                        f" {mutation.operator_name.removeprefix('core/')} #{mutation.occurrence}"
-                    )
+                    argued.append(f"    = {where}")
+            elif result.worker_outcome == WorkerOutcome.EXCEPTION:
+                # cosmic-ray could not write this mutant (its ExceptionReplacer on a dotted name, e.g.
+                # `except httpx.InvalidURL`): no test ran, so it is neither killed nor a survivor.
+                unmade.append(f"    ! {where}: {(result.output or '').strip().splitlines()[-1:]}")
             elif result.is_killed:
                 killed += 1
             else:
@@ -408,6 +415,7 @@ def report(names: list[str]) -> str:
         score = f"{100 * killed / run:.1f} %" if run else "-"
         out.append(
             f"{name}: {killed}/{run} killed, score {score}; {equivalent} argued equivalent"
+            + (f"; {len(unmade)} cosmic-ray could not make (!)" if unmade else "")
             + (f"; {pending} not run yet" if pending else "")
         )
 
@@ -416,7 +424,8 @@ def report(names: list[str]) -> str:
             return path, int(rest.split()[0])
 
         out.extend(sorted(survivors, key=by_line))
-        out.extend(sorted(argued, key=by_line))
+        out.extend(sorted(unmade, key=lambda text: by_line(text.removeprefix("    ! "))))
+        out.extend(sorted(argued, key=lambda text: by_line(text.removeprefix("    = "))))
     return "\n".join(out) + "\n"
 
 
