@@ -353,6 +353,10 @@ def test_a_whole_factor_shrink_is_the_mean_of_each_block():
     got = np.asarray(shrink(Image.fromarray(noise), (100, 50)))
     assert got.shape == (50, 100, 3)
     assert np.abs(got.astype(float) - noise.reshape(50, 2, 100, 4, 3).mean(axis=(1, 3))).max() <= 1.0
+    # And 2x across, 4x down: the 2 x 4 block's.
+    got = np.asarray(shrink(Image.fromarray(tall), (50, 100)))
+    assert got.shape == (100, 50, 3)
+    assert np.abs(got.astype(float) - tall.reshape(100, 4, 50, 2, 3).mean(axis=(1, 3))).max() <= 1.0
 
 
 @pytest.mark.parametrize(

@@ -44,6 +44,7 @@ def raster_pages(data: bytes, selection: list[int] | None, limits: Limits) -> li
         page = _prepare_frame(im, data, number, limits)
         # mutation: ReplaceComparisonOperator_Gt_GtE equivalent because a lone frame, copied, has the same
         # pixels.
+        # mutation: NumberReplacer to `count > 0` equivalent likewise.
         if page.image is im and count > 1:  # the frame itself: the next seek would turn it into another
             page.image = im.copy()
         out.append(page)
