@@ -84,6 +84,7 @@ class DecodeRequest:
 PAGE_DIR_PREFIX = "ocr-app-pages-"  # + the server's pid + "-": a dead server's directory is known by its pid
 
 
+# mutation: ReplaceTrueWithFalse equivalent because nothing assigns to a page's fields.
 @dataclass(frozen=True)
 class _Page:
     """A page as it crosses the process boundary: its pixels' file (raw BGR, OpenCV's layout) and sizes."""
