@@ -129,6 +129,7 @@ def _page_dir() -> str:
     root = shm if os.access(shm, os.W_OK | os.X_OK) else tempfile.gettempdir()
     with suppress(OSError):
         for name in os.listdir(root):
+            # mutation: NumberReplacer to `split("-", 2)` equivalent because the first part is the same.
             pid = name.removeprefix(PAGE_DIR_PREFIX).split("-", 1)[0]
             if name.startswith(PAGE_DIR_PREFIX) and pid.isdigit() and not _alive(int(pid)):
                 shutil.rmtree(os.path.join(root, name), ignore_errors=True)
