@@ -342,6 +342,24 @@ def baseline(module: Module, tree: Path, env: dict[str, str]) -> float:
     return took
 
 
+def reap(tree: Path) -> list[int]:
+    """Processes a test run left behind, killed: a server or a database its tests started, when cosmic-ray
+    ended the run at its timeout (it ends the run's process only). They are known by the copy on their
+    PYTHONPATH, which every process of the copy's test runs inherits."""
+    mark = str(tree).encode()
+    killed = []
+    for environ in Path("/proc").glob("[0-9]*/environ"):
+        try:
+            pid = int(environ.parent.name)
+            paths = [v for v in environ.read_bytes().split(b"\0") if v.startswith(b"PYTHONPATH=")]
+            if pid != os.getpid() and any(mark in v.split(b"=", 1)[1].split(b":") for v in paths):
+                os.kill(pid, signal.SIGKILL)
+                killed.append(pid)
+        except (OSError, ValueError):
+            continue
+    return killed
+
+
 def execute(session: Path, tree: Path, timeout: float, deadline: float) -> bool:
     """Run the session's pending mutants until the deadline; True when none is left."""
     from cosmic_ray.config import load_config
@@ -357,6 +375,8 @@ def execute(session: Path, tree: Path, timeout: float, deadline: float) -> bool:
                 if time.monotonic() + timeout > deadline:
                     return False
                 db.set_result(item.job_id, mutate_and_test(item.mutations, cfg.test_command, timeout))
+                if left := reap(tree):
+                    print(f"mutate: killed {len(left)} processes a test run left behind: {left}", flush=True)
     finally:
         os.chdir(here)
     return True
@@ -530,6 +550,7 @@ def main() -> None:
                 if not execute(session, tree, timeout, deadline):
                     print(f"mutate: the budget ({args.budget:.0f} s) ran out in {name}", flush=True)
                     break
+        reap(tree)
     if args.worker:
         return  # the report is the parent's, once every worker has ended
     text = report(names)
