@@ -83,6 +83,9 @@ class Load:
     failed: int = 0
     failures: Counter = field(default_factory=Counter)
     first_failures: list[str] = field(default_factory=list)
+    # When each paced request's turn came (time.monotonic(), by its X-Request-ID): the worker's next request
+    # waits for interval_s after it.
+    turns: dict[str, float] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self._lock = threading.Lock()
@@ -149,16 +152,15 @@ class Load:
         next_start = 0.0
         with self.client() as c:
             while (n := self._ticket()) is not None:
+                rid = f"load-{index}-{n}"
                 if self.interval_s:  # this worker's requests start at least interval_s apart
                     self._stopping.wait(max(0.0, next_start - time.monotonic()))
-                    next_start = time.monotonic() + self.interval_s
+                    self.turns[rid] = turn = time.monotonic()
+                    next_start = turn + self.interval_s
                 doc = self.docs[n % len(self.docs)]
                 try:
-                    r = c.post(
-                        "/v1/ocr",
-                        content=doc.body,
-                        headers={"Content-Type": "image/png", "X-Request-ID": f"load-{index}-{n}"},
-                    )
+                    headers = {"Content-Type": "image/png", "X-Request-ID": rid}
+                    r = c.post("/v1/ocr", content=doc.body, headers=headers)
                 except httpx.HTTPError as err:
                     self._record(False, f"{type(err).__name__}: request {n}: {err}")
                     continue
