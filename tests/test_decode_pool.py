@@ -329,25 +329,23 @@ def test_a_task_past_its_deadline_is_ended_by_the_pools_own_backstop(pool):
     assert killed == ["deadline"]
 
 
-def test_the_cpu_soft_limit_starts_at_the_next_whole_second_of_use(monkeypatch):
+def _count_pages(request: DecodeRequest, tmp_path) -> int:
+    return decode.count_document_pages(request, 5, 30)[0]
+
+
+def _decode_pages(request: DecodeRequest, tmp_path) -> int:
+    limits = Limits.from_settings(Settings(auth_disabled=True))
+    return len(decode.decode_document(request, limits, 30, str(tmp_path / "t")))
+
+
+@pytest.mark.parametrize("run", [_count_pages, _decode_pages], ids=["count", "decode"])
+def test_the_cpu_soft_limit_starts_at_the_next_whole_second_of_use(monkeypatch, tmp_path, run):
+    # Counting a document's pages and decoding them: 7.4 s of CPU used so far, a deadline of 30 s: the
+    # soft limit is set at 8 + 30, then lifted (None).
     limits: list[int | None] = []
     monkeypatch.setattr(decode, "_cpu_used_s", lambda: 7.4)
     monkeypatch.setattr(decode, "_set_cpu_soft_limit", limits.append)
-    tiff = multipage_tiff([render(["One"]).image])
-    assert decode.count_document_pages(DecodeRequest(tiff, "image/tiff"), 5, 30)[0] == 1
-    assert limits == [math.ceil(7.4) + 30, None]
-
-
-def test_a_decodes_cpu_soft_limit_starts_at_the_next_whole_second_of_use(monkeypatch, tmp_path):
-    limits: list[int | None] = []
-    monkeypatch.setattr(decode, "_cpu_used_s", lambda: 7.4)
-    monkeypatch.setattr(decode, "_set_cpu_soft_limit", limits.append)
-    tiff = multipage_tiff([render(["One"]).image])
-    limits_of_pages = Limits.from_settings(Settings(auth_disabled=True))
-    pages = decode.decode_document(
-        DecodeRequest(tiff, "image/tiff"), limits_of_pages, 30, str(tmp_path / "t")
-    )
-    assert len(pages) == 1
+    assert run(DecodeRequest(multipage_tiff([render(["One"]).image]), "image/tiff"), tmp_path) == 1
     assert limits == [math.ceil(7.4) + 30, None]
 
 
