@@ -60,6 +60,16 @@ def test_lines_of_no_height_are_read_as_rows():
     assert ordered(left + right) == by_rows(left + right)
 
 
+def test_lines_of_no_median_height_are_read_as_rows_beside_taller_ones():
+    # Four lines of no height (480-880, tops 105, 135, 165, 195) beside three 50 high (50-450, tops 100,
+    # 130, 160, each reaching into the next: no blank between them), the median h 0: no unit for a gutter,
+    # read as rows. Row by row, each row starts at a tall line and takes the flat lines whose middle lies
+    # within it: (100, 105), (130, 135), (160, 165, 195), left to right; the same as by their tops here.
+    tall = column(50, 100, [400] * 3, h=50)
+    flat = column(480, 105, [400] * 4, h=0)
+    assert ordered(tall + flat) == by_rows(tall + flat)
+
+
 def test_a_column_is_cut_where_its_gutter_is_not_at_its_left_edge():
     # Left column 50-450, right 480-880: the cut is at the gutter's middle, x = 465. A line set flush right
     # in the left column (330-450, its middle at 390) is the left column's.
@@ -138,6 +148,19 @@ def test_a_row_pairs_only_with_the_rows_across_nearest_its_middle():
     assert ordered(left + right) == [*left, tall, *right[:4]]
 
 
+@pytest.mark.parametrize(("drop", "columns"), [(10, False), (11, True)], ids=["0.5h", "past-0.5h"])
+def test_the_pieces_of_a_line_are_one_row_while_their_middles_are_half_h_apart(drop, columns):
+    # Two sides of two rows (50-450, 480-880; a gutter of 30), the left one's second line in two pieces
+    # touching at 250 (one interval), the second `drop` lower. Middles 0.5 h (10) apart are one row of its
+    # side: two rows a side pair up, two rows tell nothing (a table's): read as rows, the second row's three
+    # boxes left to right. 11 apart they are two rows: two of three rows pair (under 80 %): columns.
+    top, first, second = line(50, 100, 400), line(50, 130, 200), line(250, 130 + drop, 200)
+    right = column(480, 100, [400] * 2)
+    boxes = [top, first, second, *right]
+    expected = [top, first, second, *right] if columns else [top, right[0], first, second, right[1]]
+    assert ordered(boxes) == expected
+
+
 def test_the_pieces_of_a_line_are_one_row_of_its_side():
     # Two columns on shared baselines, 5 lines each, the second and fourth split in two pieces 6 apart
     # (under the 0.4 h of a gutter), the second piece 6 lower (the detector's skew): a line's pieces, their
@@ -184,10 +207,16 @@ def test_noise_on_the_cut_goes_right():
     assert ordered(left + right + speck) == left + speck + right
 
 
-def test_short_lines_beside_prose_are_a_tables():
-    # Prose on the left (400 wide), short lines (130: under 7 h) on the right, on shared baselines: the
-    # right side does not read as prose, so a table: read row by row.
-    left, right = column(50, 100, [400] * 5), column(480, 100, [130] * 5)
+@pytest.mark.parametrize("short", ["right", "left"])
+def test_short_lines_beside_prose_are_a_tables(short):
+    # Prose (400 wide) on one side, short lines (130: under 7 h) on the other, on shared baselines: the short
+    # side does not read as prose, so a table: read row by row. (Each side's lines are the ones within its
+    # interval: the right side's lie right of the left side's start too.)
+    prose, lines = [400] * 5, [130] * 5
+    left, right = (
+        column(50, 100, lines if short == "left" else prose),
+        column(480, 100, lines if short == "right" else prose),
+    )
     assert ordered(left + right) == by_rows_pairs(left, right)
 
 
@@ -198,6 +227,18 @@ def test_the_column_fill_limit(width, columns):
     left = column(50, 100, [300] + [width] * 4)
     right = column(400, 100, [300] + [width] * 4)
     assert ordered(left + right) == (left + right if columns else by_rows_pairs(left, right))
+
+
+@pytest.mark.parametrize(("gap", "columns"), [(8, True), (7, False)], ids=["0.4h", "under-0.4h"])
+def test_the_gutter_is_measured_from_the_columns_widest_line(gap, columns):
+    # Two prose columns of 16 lines on shared baselines (32 boxes: the numpy union), the left one's last
+    # line indented by 10 and so reaching 10 further (60-460): the gutter runs from 460, not from the other
+    # lines' 450. GUTTER_MIN (0.4 h = 8) from it: columns all the way; 7: none across the block, only over
+    # the 15 rows above the last (17 wide there): those read as columns, then the last row.
+    left = [*column(50, 100, [400] * 15), line(60, 100 + 15 * 30, 400)]
+    right = column(460 + gap, 100, [400] * 16)
+    expected = left + right if columns else left[:15] + right[:15] + [left[15], right[15]]
+    assert ordered(left + right) == expected
 
 
 @pytest.mark.parametrize(("gap", "columns"), [(8, True), (7, False)], ids=["0.4h", "under-0.4h"])
@@ -224,6 +265,17 @@ def test_the_running_head_gap(gap, heads_first):
     right = column(480, 40 + gap, [400] * 6)
     expected = heads + left + right if heads_first else heads[:1] + left + heads[1:] + right
     assert ordered(heads + left + right) == expected
+
+
+@pytest.mark.parametrize(("gap", "parted"), [(60, True), (59, False)], ids=["3h", "under-3h"])
+def test_a_section_ends_with_its_lowest_line(gap, parted):
+    # As below, the left column one line longer: its last line (50-450, 220-240) is the section's lowest,
+    # read with it (after the left column's other lines) whether parted or not.
+    left, right = column(50, 100, [400] * 5), column(480, 100, [400] * 4)
+    top = 100 + 4 * 30 + H + gap
+    cells, prices = column(50, top, [100] * 3), column(480, top, [100] * 3)
+    got = ordered(left + right + cells + prices)
+    assert got == (left + right + by_rows_pairs(cells, prices) if parted else left + cells + right + prices)
 
 
 @pytest.mark.parametrize(("gap", "parted"), [(60, True), (59, False)], ids=["3h", "under-3h"])
@@ -315,6 +367,41 @@ def by_rows_pairs(a: list[tuple], b: list[tuple]) -> list[tuple]:
     return [x for pair in zip(a, b, strict=True) for x in pair]
 
 
+def test_sections_nested_count_to_the_depth_guard():
+    # A staircase of levels k = 0..32, each 120 lower and one column (140 wide, gutters narrowing from 40 by
+    # 0.5 a level: the leftmost is the widest, cut first) further right. Level k: its column C_k runs down
+    # to the page's bottom, beside two lines T_k over the next column, 70 (over 3 h) above level k+1: C_k is
+    # cut off (a level), then T_k and the rest part at the blank (a level). Level k is at depth 2k: the
+    # rest of level 32 (T_32 over the last two columns) is at depth 65, past MAX_DEPTH: read as rows.
+    xs = [10.0]
+    for k in range(34):
+        xs.append(xs[-1] + 140 + 40 - 0.5 * k)
+    bottom = 120 * 33 + 90  # the last two columns' 4 lines
+    cols = [column(xs[k], 120 * k, [140] * ((bottom - 120 * k) // 30 + 1)) for k in range(34)]
+    last = column(xs[34], 120 * 33, [140] * 4)
+    heads = [column(xs[k + 1], 120 * k, [140] * 2) for k in range(33)]
+    boxes = [b for group in (*cols, last, *heads) for b in group]
+    expected = [b for k in range(33) for b in cols[k] + heads[k]] + by_rows_pairs(cols[33], last)
+    assert ordered(boxes) == expected
+
+
+def test_runs_nested_count_to_the_depth_guard():
+    # A staircase of levels k = 0..32, each a line (30) lower and a column (140 wide, 20 gutters) further
+    # right: level k is a title across it and everything right of it, over its column C_k (down to the
+    # page's bottom) beside level k+1. No gutter runs the level's height (its title crosses them): its bands
+    # are read, the title's alone, then the run under it (a level), cut into C_k and level k+1 (a level).
+    # Level k is at depth 2k: the run under level 32's title is at depth 65, past MAX_DEPTH: read as rows.
+    right = 160 * 34 + 140
+    titles = [line(160 * k, 30 * k, right - 160 * k) for k in range(33)]
+    bottom = 30 * 33 + 90  # the last two columns' 4 lines
+    cols = [column(160 * k, 30 * (k + 1), [140] * ((bottom - 30 * (k + 1)) // 30 + 1)) for k in range(33)]
+    cols += [column(160 * 33, 30 * 33, [140] * 4), column(160 * 34, 30 * 33, [140] * 4)]
+    boxes = [b for group in (titles, *cols) for b in group]
+    expected = [b for k in range(32) for b in [titles[k], *cols[k]]] + [titles[32]]
+    expected += [b for row in zip(cols[32][-4:], cols[33], cols[34], strict=True) for b in row]
+    assert ordered(boxes) == expected
+
+
 @pytest.mark.parametrize(("levels", "columns"), [(64, True), (65, False)], ids=["64-heads", "65-heads"])
 def test_running_heads_nested_to_the_depth_guard(levels, columns):
     # Rows of two running heads (each over its column) 1 h apart over two columns: each level reads its top
@@ -353,10 +440,11 @@ def test_a_box_whose_middle_is_at_the_rows_top_is_in_the_row():
     "lines",
     [
         [(0, 1000), (600, 800), (100, 300)],
+        [(0, 1000), (100, 300), (600, 800)],
         [(900, 1000), (300, 800), (0, 200)],
         [(0, 100), (200, 400), (500, 1000)],
     ],
-    ids=["under-a-wide-line", "stepping-left", "stepping-right"],
+    ids=["under-a-wide-line", "stepping-right-under-a-wide-line", "stepping-left", "stepping-right"],
 )
 def test_two_lines_side_by_side_under_another_are_a_group_of_their_own(lines):
     # Three lines one under another (pitch 30); the last two side by side with a gutter (200 wide or more,
@@ -381,6 +469,14 @@ def test_a_band_of_two_rows_with_a_gutter_is_a_group_of_its_own():
     # 480-880 at 145-165), one line a side: a run of its own, a block apart from the line across.
     boxes = [line(50, 100, 830), line(50, 130, 200), line(480, 145, 400)]
     assert blocks(boxes) == [("text", [0]), ("text", [1, 2])]
+
+
+def test_a_band_of_two_rows_with_a_gutter_over_a_line_is_a_group_of_its_own():
+    # The same band first (50-250 at 130-150; 480-880 at 145-165), then a line under its left row (50-250 at
+    # 170-190, 5 under the band): no gutter with two lines a side, one run of bands keeping a gutter, read
+    # band by band: the band of two rows a group, a block, of its own; the line another.
+    boxes = [line(50, 130, 200), line(480, 145, 400), line(50, 170, 200)]
+    assert blocks(boxes) == [("text", [0, 1]), ("text", [2])]
 
 
 def test_a_form_of_long_labels_and_values_is_one_table():
@@ -648,6 +744,31 @@ def test_the_share_of_edges_that_agree(lines, tilt):
     steep = (1878 * math.cos(a), 1878 * math.sin(a))
     kinds = [{}, {}, {"bottom": steep}, {"bottom": steep}] + [{"top": steep, "bottom": steep}] * (lines - 4)
     quads = [quad(500 * k, height=200.0, **kind) for k, kind in enumerate(kinds)]
+    assert page_skew(quads) == tilt
+
+
+def edge_at(degrees: float, height: float) -> tuple[float, float]:
+    """An edge about 2000 across whose angle, as numpy computes it (page_skew's way) from a quad at y = 0
+    `height` high, is `degrees` to the last bit, for its top edge (dy) and its bottom one ((height + dy) -
+    height): dy on the grid of height + dy's ulp, nudged a step at a time, across a few widths."""
+    for dx in range(2000, 2100):
+        grid = math.ulp(height + dx * math.tan(math.radians(degrees)))
+        base = round(dx * math.tan(math.radians(degrees)) / grid)
+        for step in range(-50, 51):
+            dy = (base + step) * grid
+            if all(float(np.degrees(np.arctan2(y, dx))) == degrees for y in (dy, (height + dy) - height)):
+                return float(dx), dy
+    raise AssertionError(f"no edge at exactly {degrees}°")
+
+
+@pytest.mark.parametrize(("off", "tilt"), [(1.5, 1.0), (1.51, 0.0)], ids=["0.5°", "past-0.5°"])
+def test_edges_at_the_skew_tolerance_agree(off, tilt):
+    # 6 lines at exactly 1° (12 edges: the median), 3 at 10° and 2 at `off`: the 1° edges alone are 12 of
+    # 22 (55 %, under SKEW_AGREE's 60 %). At 1.5°, SKEW_TOLERANCE (0.5°) from the median, the 2 lines agree:
+    # 16 of 22, the tilt is 1°; at 1.51° they do not: no tilt. (The lines lie on each other, all at y = 0:
+    # the angles are counted, not where the lines stand.)
+    angles = [1.0] * 6 + [10.0] * 3 + [off] * 2
+    quads = [quad(0.0, top=edge_at(a, 200.0), bottom=edge_at(a, 200.0), height=200.0) for a in angles]
     assert page_skew(quads) == tilt
 
 
