@@ -110,7 +110,7 @@ timed-%:
 	echo "=== [make test] $*: $$took s"; echo "$* $$took s" >> "$(TEST_TIMES)"
 
 test-fleet: lab-deps venv wheelhouse  ## make demo's fleet with 3 app hosts (3+1+1+1 lab hosts): site.yml from outside, an alert, crashes and rolling upgrades under load (root)
-	$(BIN)/pytest -s -m lab tests/fleet
+	$(BIN)/pytest -s --durations=30 -m lab tests/fleet
 
 bench: system-deps venv  ## throughput and latency ratios, measured side by side; the development set's CER
 	scripts/install-system-deps.sh bench
