@@ -150,6 +150,14 @@ def reading_groups(boxes: list[Box]) -> list[list[int]]:
         few, many = sorted(rows, key=lambda r: len(r[0]))
         # Each row of the side with fewer rows, against the other side's row nearest its centre.
         centres = (many[0] + many[1]) / 2
+        # The centres across are in order (each row's lies between its first and last box's), and a row
+        # across whose centre lies within this row's height pairs with it (their overlap is at least half
+        # the shorter's height, whichever is taller). Sought by this row's bottom instead of its centre, the
+        # two candidates differ only when centres across lie from the centre to the bottom: then the last of
+        # those is a candidate and pairs, and so does the centre's own candidate on that side, the first of
+        # them. Likewise by its top.
+        # mutation: NumberReplacer to `(few[ 1] + few[1])` equivalent because of that (the bottom).
+        # mutation: NumberReplacer to `(few[0] + few[ 0])` equivalent because of that (the top).
         at = np.searchsorted(centres, (few[0] + few[1]) / 2)
         near = np.clip(np.stack([at - 1, at]), 0, len(centres) - 1)
         overlap = np.minimum(few[1], many[1][near]) - np.maximum(few[0], many[0][near])
