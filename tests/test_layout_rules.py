@@ -10,7 +10,7 @@ import math
 import numpy as np
 import pytest
 
-from ocr_app.engines.layout import deskewed, page_layout, page_skew, reading_order, row_order
+from ocr_app.engines.layout import deskewed, page_layout, page_skew, reading_groups, reading_order, row_order
 
 H = 20  # the body's line height: the median h the rules are counted in
 
@@ -159,6 +159,24 @@ def test_the_pieces_of_a_line_are_one_row_while_their_middles_are_half_h_apart(d
     boxes = [top, first, second, *right]
     expected = [top, first, second, *right] if columns else [top, right[0], first, second, right[1]]
     assert ordered(boxes) == expected
+
+
+def test_a_row_pairs_with_the_row_across_nearest_its_middle_not_a_tall_one_past_it():
+    # Left: a line (50-450, 129-149) and a piece of one (50-180, 142-152, its middle 8 lower: the same row,
+    # 129-152, middle 140.5), then a line at 172-192. Right: a line (480-880, 144-164, middle 154), then a
+    # row of a line (480-880, 160-170) and a tall box (480-610, 137-197): 137-197, middle 167 (h is 20).
+    # The left's first row, its middle over both right middles, is set against the nearest, the first
+    # (overlap 144-152: 8, under half the shorter's 20), not the tall row past it (137-197 overlaps it by 15):
+    # unpaired; the second pairs with the tall row. 1 of 2 rows pair (under 80 %): two columns, two groups.
+    boxes = [
+        line(50, 129, 400),
+        line(50, 142, 130, 10),
+        line(50, 172, 400),
+        line(480, 137, 130, 60),
+        line(480, 144, 400),
+        line(480, 160, 400, 10),
+    ]
+    assert reading_groups(boxes) == [[0, 1, 2], [3, 4, 5]]
 
 
 def test_the_pieces_of_a_line_are_one_row_of_its_side():
