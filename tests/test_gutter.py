@@ -45,7 +45,12 @@ def text(page: np.ndarray, x0: int, x1: int, row: int, spaces: tuple[tuple[int, 
 
 def box(x0: float, x1: float, row: int) -> list[list[float]]:
     """The detector's quadrilateral of ink x0..x1 on the row: padded by PAD, clockwise from the top left."""
-    y0, y1 = top(row) - PAD, top(row) + INK + PAD
+    return box_at(x0, x1, top(row))
+
+
+def box_at(x0: float, x1: float, y: float) -> list[list[float]]:
+    """The detector's quadrilateral of ink x0..x1 whose top is at y."""
+    y0, y1 = y - PAD, y + INK + PAD
     return [[x0 - PAD, y0], [x1 + PAD, y0], [x1 + PAD, y1], [x0 - PAD, y1]]
 
 
@@ -267,6 +272,15 @@ def test_a_short_last_line_joined_to_the_next_column_is_split_at_the_gutter():
     assert both_ways(quads, page) == [[pytest.approx(p) for p in row] for row in want]
 
 
+def rows_at(page: np.ndarray, quads: list, dys: tuple[int, ...], right: tuple[int, int] = RIGHT) -> None:
+    """Lines of two columns (LEFT and right) whose middles lie dys under row 1's, each in two boxes."""
+    for dy in dys:
+        y = top(1) + dy
+        for x0, x1 in (LEFT, right):
+            page[y : y + INK, x0:x1] = 0
+            quads.append(box_at(x0, x1, y))
+
+
 @pytest.mark.parametrize(("second", "split"), [(180, True), (181, False)], ids=["5h", "past"])
 def test_the_window_rows_are_looked_for_in(second, split):
     # WINDOW: rows count within 5 h (180) of the joined line's middle. The line on row 1 (middle 80); rows
@@ -277,14 +291,7 @@ def test_the_window_rows_are_looked_for_in(second, split):
     text(page, *LEFT, 1)
     text(page, *RIGHT, 1)
     quads = [box(60, 808, 0), box(LEFT[0], RIGHT[1], 1)]
-    for dy in (150, second):
-        y = top(1) + dy
-        page[y : y + INK, LEFT[0] : LEFT[1]] = 0
-        page[y : y + INK, RIGHT[0] : RIGHT[1]] = 0
-        quads += [
-            [[x0 - PAD, y - PAD], [x1 + PAD, y - PAD], [x1 + PAD, y + INK + PAD], [x0 - PAD, y + INK + PAD]]
-            for x0, x1 in (LEFT, RIGHT)
-        ]
+    rows_at(page, quads, (150, second))
     got = both_ways(quads, page)
     assert got[1] == ([pytest.approx((52, 423.6)), pytest.approx((444.4, 816))] if split else as_is(quads)[1])
 
@@ -381,19 +388,49 @@ def test_a_tilted_page_is_split_at_its_gutter(angle, gutter):
     # away drift 6 px from the gutter's middle, and its core (10.8 px) reaches into their ink unless each is
     # looked at along the tilt.
     page, quads = two_columns(8, right=(420 + gutter, 808))
+    got = both_ways(*turn(page, quads, angle))
+    for r, pieces in enumerate(got):
+        assert len(pieces) == 2, r
+        cut_at_the_gutter(page, angle, gutter, top(r) + INK / 2, pieces)
+
+
+def turn(page: np.ndarray, quads: list, angle: float) -> tuple[np.ndarray, np.ndarray]:
+    """The boxes and the page turned by angle degrees about its centre (counterclockwise on screen)."""
     turned = np.asarray(Image.fromarray(page).rotate(angle, Image.Resampling.NEAREST, fillcolor=255))
-    a = np.radians(angle)  # PIL turns counterclockwise on screen: (x, y) -> about the centre
+    a = np.radians(angle)
     cx, cy = page.shape[1] / 2, page.shape[0] / 2
     q = np.asarray(quads, dtype=float)
     x, y = q[..., 0] - cx, q[..., 1] - cy
     q = np.stack([np.cos(a) * x + np.sin(a) * y + cx, -np.sin(a) * x + np.cos(a) * y + cy], axis=-1)
-    got = both_ways(q, turned)
-    for r, pieces in enumerate(got):
-        assert len(pieces) == 2, r
-        # The gutter's middle on this row (its centre y), turned: x = cx + cos a (mx - cx) + sin a (yc - cy)
-        yc, mx, half = top(r) + INK / 2, 420 + gutter / 2, gutter / 2
-        middle = cx + np.cos(a) * (mx - cx) + np.sin(a) * (yc - cy)
-        assert middle - half < pieces[0][1] < middle - 4 and middle + 4 < pieces[1][0] < middle + half, r
+    return q, turned
+
+
+def cut_at_the_gutter(page: np.ndarray, angle: float, gutter: int, yc: float, pieces: list) -> None:
+    """That two pieces part at the gutter from 420, `gutter` wide, of a line centred at yc, turned: its
+    middle's x is cx + cos a (420 + gutter / 2 - cx) + sin a (yc - cy)."""
+    a, cx, cy = np.radians(angle), page.shape[1] / 2, page.shape[0] / 2
+    half = gutter / 2
+    middle = cx + np.cos(a) * (420 + half - cx) + np.sin(a) * (yc - cy)
+    assert middle - half < pieces[0][1] < middle - 4 and middle + 4 < pieces[1][0] < middle + half
+
+
+@pytest.mark.parametrize("gutter", [20, 21])
+def test_rows_far_under_a_tilted_line_are_read_along_the_tilt(gutter):
+    # A page turned 5 degrees: a headline across (row 0), a line joined across its gutter (row 1), and the
+    # only rows under it 150 and 178 px down (within WINDOW's 5 h): the gutter has drifted 13 and 15.6 px
+    # along its rows there, against a blank of 20-21 px around a core of 10.8. Looked at along the line's
+    # tilt (the mean of its edges' slopes), the rows show the gutter; two thirds of it leaves the farther
+    # row's core in ink.
+    page = blank_page(height=500)
+    right = (420 + gutter, 808)
+    text(page, 60, 808, 0)
+    text(page, 60, 420, 1)
+    text(page, *right, 1)
+    quads = [box(60, 808, 0), box(60, 808, 1)]
+    rows_at(page, quads, (150, 178), right)
+    got = both_ways(*turn(page, quads, 5.0))
+    assert len(got[1]) == 2
+    cut_at_the_gutter(page, 5.0, gutter, top(1) + INK / 2, got[1])
 
 
 def test_no_boxes_and_a_blank_page():
@@ -616,3 +653,119 @@ def test_the_middle_taken_in_from_a_wide_runs_end(left_end, split):
         quads.append(box(60, 808, r))
     got = both_ways(quads, page)
     assert got[3] == ([pytest.approx((52, 203.6)), pytest.approx((444.4, 816))] if split else as_is(quads)[3])
+
+
+@pytest.mark.parametrize(("mark", "split"), [(423, True), (424, False)], ids=["beside", "in-the-middle"])
+def test_a_mark_in_the_column_beside_the_middle_is_its_sides_text(mark, split):
+    # The joined line's gutter 420-438, its middle's columns 424 to 433 (as in test_the_rows_that_confirm_a
+    # _gutter). Under it, rows whose left text ends beyond reach (at 300): of it only a mark one column wide
+    # is left within 1.5 h of the middle. In column 423, next to the middle, it is the side's text: the rows
+    # show a gutter (split: 52-423.6 and 434.4-816). In 424 it is ink in the middle: the rows cross it.
+    page = blank_page()
+    text(page, 60, 808, 0)
+    text(page, 60, 420, 1)
+    text(page, 438, 808, 1)
+    quads = [box(60, 808, 0), box(60, 808, 1)]
+    for r in (2, 3):
+        text(page, 60, 300, r)
+        page[top(r) : top(r) + INK, mark] = 0
+        text(page, 438, 808, r)
+        quads += [box(60, mark + 1, r), box(438, 808, r)]
+    got = both_ways(quads, page)
+    assert got[1] == ([pytest.approx((52, 423.6)), pytest.approx((434.4, 816))] if split else as_is(quads)[1])
+
+
+@pytest.mark.parametrize(
+    ("dys", "split"),
+    [((18, 36), True), ((17, 36), False), ((18, 35), False)],
+    ids=["0.5h-and-0.5h-apart", "nearer-than-0.5h", "apart-by-under-0.5h"],
+)
+def test_rows_half_a_height_away_and_apart(dys, split):
+    # A headline across (row 0), the joined line (row 1), and under it two lines set close (a line of
+    # smaller type, its box overlapping the next): their middles `dys` under the joined line's. A row counts
+    # from 0.5 h (18) away, and two rows count as two from 0.5 h apart; a row nearer the line, or nearer the
+    # row before, is not another row: one is left under MIN_ROWS.
+    page = blank_page()
+    text(page, 60, 808, 0)
+    text(page, *LEFT, 1)
+    text(page, *RIGHT, 1)
+    quads = [box(60, 808, 0), box(LEFT[0], RIGHT[1], 1)]
+    rows_at(page, quads, dys)
+    got = both_ways(quads, page)
+    assert got[1] == ([pytest.approx((52, 423.6)), pytest.approx((444.4, 816))] if split else as_is(quads)[1])
+
+
+@pytest.mark.parametrize(("height", "split"), [(1, True), (0, False)], ids=["1px", "flat"])
+def test_a_box_of_no_height_is_no_row(height, split):
+    # A headline across (row 0), the joined line (row 1), one row under it in two boxes (row 2) and row 3's
+    # line, whose box the detector gave `height` px tall through its ink's middle. One pixel tall it is a
+    # row, blank at the gutter with text both sides: two rows confirm it. Flat, it is no row: one is left.
+    page = blank_page()
+    text(page, 60, 808, 0)
+    quads = [box(60, 808, 0), box(LEFT[0], RIGHT[1], 1)]
+    story_over(page, [], [1, 2, 3], LEFT, RIGHT)
+    quads += [box(*LEFT, 2), box(*RIGHT, 2)]
+    y = top(3) + INK // 2
+    quads.append([[52, y], [816, y], [816, y + height], [52, y + height]])
+    got = both_ways(quads, page)
+    assert got[1] == ([pytest.approx((52, 423.6)), pytest.approx((444.4, 816))] if split else as_is(quads)[1])
+
+
+@pytest.mark.parametrize(("x0", "split"), [(497.4, True), (497.5, False)], ids=["in-reach", "past"])
+def test_a_row_is_looked_at_when_its_box_reaches_the_gutters_sides(x0, split):
+    # The joined line's gutter 420-438 (its middle 429, the core 5.4 each side). Under it, two rows whose
+    # boxes the detector drew over the right half of their ink only, from x0: a box is one of the gutter's
+    # rows when it reaches the core and REACH h beyond it (438 + 5.4 + 54 = 497.4), the ink its row holds
+    # being read across the page. Past that, no row is left under the line (the mirror image: its x1).
+    page = blank_page()
+    text(page, 60, 808, 0)
+    text(page, 60, 420, 1)
+    text(page, 438, 808, 1)
+    quads = [box(60, 808, 0), box(60, 808, 1)]
+    for r in (2, 3):
+        text(page, 60, 420, r)
+        text(page, 438, 808, r)
+        y0, y1 = top(r) - PAD, top(r) + INK + PAD
+        quads.append([[x0, y0], [816, y0], [816, y1], [x0, y1]])
+    got = both_ways(quads, page)
+    assert got[1] == ([pytest.approx((52, 423.6)), pytest.approx((434.4, 816))] if split else as_is(quads)[1])
+
+
+def test_blanks_in_the_margin_do_not_stop_the_search():
+    # Each line has a change bar (columns 2-5) and a line number (44-49) in the margin, outside its box
+    # (from 52): the blank between them (6-43, 38 wide) is wider than GAP_MIN but lies before the box's
+    # ink, and one that does not reach it: neither a gutter of the box nor an end's overhang. The number is
+    # too near the text (10) for a gutter; the one between the columns is cut as before.
+    page, quads = two_columns(8)
+    for r in range(8):
+        page[top(r) : top(r) + INK, 2:6] = 0
+        page[top(r) : top(r) + INK, 44:50] = 0
+    assert both_ways(quads, page) == [[pytest.approx((52, 423.6)), pytest.approx((444.4, 816))]] * 8
+
+
+def test_an_end_at_the_pages_edge_is_scanned_from_its_first_column():
+    # The text starts at column 18, the boxes at 10; the lines around row 3 have a number at the page's
+    # edge (columns 0-3), row 3 has none. Row 3's blank from the page's first column to its text is 18 wide
+    # (0.5 h): its left end overhangs a gutter (the numbers' one, blank in the rows around with a number on
+    # one side and the text on the other), pulled back to 18 - 3.6. The other rows' blank (4-17) is under
+    # GAP_MIN; their ends stay. All are cut at the columns' gutter.
+    page = blank_page()
+    quads = []
+    for r in range(8):
+        text(page, 18, 420, r)
+        text(page, *RIGHT, r)
+        if r != 3:
+            page[top(r) : top(r) + INK, 0:4] = 0
+        quads.append(box(18, RIGHT[1], r))
+    want = [[(10, 423.6), (444.4, 816)]] * 8
+    want[3] = [(14.4, 423.6), (444.4, 816)]
+    assert both_ways(quads, page) == [[pytest.approx(p) for p in row] for row in want]
+
+
+def test_a_box_off_the_page_is_left_as_it_is():
+    # Boxes wholly left of the page, wholly right of it, and one straddling its left edge: nothing of the
+    # first two to read; the third's ink (from 0 to 120) faces no gutter.
+    page = blank_page()
+    page[40:60, 0:120] = 0
+    quads = [box(-300, -100, 0), box(1000, 1200, 0), box(-80, 120, 0)]
+    assert both_ways(quads, page) == as_is(quads)

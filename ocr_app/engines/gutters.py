@@ -193,9 +193,11 @@ def _fit(i: int, box: _Quad, lines: _Lines, page: _Page) -> list[Piece] | None:
     h = box.h
     lo = max(0, int(np.floor(box.x0 - REACH * h)))  # the box and REACH h each side: its row's neighbours
     hi = min(page.width, int(np.ceil(box.x1 + REACH * h)))
+    # mutation: ReplaceComparisonOperator_LtE_Lt equivalent because a scan of no columns (hi == lo) finds
+    # no ink: None all the same.
+    if hi <= lo:
+        return None  # the box lies off the page: none of it to read
     xs = np.arange(lo, hi)
-    if len(xs) < 3:
-        return None
     centres = xs + 0.5
     row = lines.row(i, page)
     blank = row[lo + 1 : hi + 1] == row[lo:hi]
@@ -281,13 +283,22 @@ def _confirmed(i: int, box: _Quad, start: int, end: int, lines: _Lines, page: _P
                 continue
             seen[below].append(dy)
             row, at = lines.row(j, page), centre - tilt * dy
-            # A column is where its centre (x + 0.5) is: the middle's columns lie in [at - core, at + core],
-            # the left side's in [at - core - reach, at - core), the right side's in (at + core, ... + reach].
-            if page.inked(row, math.ceil(at - core - 0.5), math.floor(at + core - 0.5)):
+            # A column is where its centre (x + 0.5) is: the middle's columns first..last lie in [at - core,
+            # at + core], the left side's in [at - core - reach, at - core), the right side's in (at + core,
+            # at + core + reach].
+            first, last = math.ceil(at - core - 0.5), math.floor(at + core - 0.5)
+            if page.inked(row, first, last):
                 rows.append(False)  # ink in the gutter's middle: this row crosses it
-            elif page.inked(row, math.ceil(at - core - reach - 0.5), math.ceil(at - core - 0.5) - 1) and (
-                page.inked(row, math.floor(at + core - 0.5) + 1, math.floor(at + core + reach - 0.5))
-            ):
+                continue
+            # The sides are looked at once the middle is known blank: a side reaching into it (to first or
+            # last, or one column over) sees the same ink.
+            # mutation: ReplaceBinaryOperator_Sub_Add to `first + 1` equivalent because of that.
+            # mutation: NumberReplacer to `first - 0` equivalent likewise.
+            left = page.inked(row, math.ceil(at - core - reach - 0.5), first - 1)
+            # mutation: ReplaceBinaryOperator_Add_Sub to `last - 1` equivalent because of that.
+            # mutation: NumberReplacer to `last + 0` equivalent likewise.
+            right = page.inked(row, last + 1, math.floor(at + core + reach - 0.5))
+            if left and right:
                 rows.append(True)  # text both sides, blank between
         if any(len(rows) >= MIN_ROWS and all(rows) for rows in sides.values()):
             return True
