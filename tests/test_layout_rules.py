@@ -179,6 +179,24 @@ def test_a_row_pairs_with_the_row_across_nearest_its_middle_not_a_tall_one_past_
     assert reading_groups(boxes) == [[0, 1, 2], [3, 4, 5]]
 
 
+def test_a_row_is_sought_among_the_middles_across_not_their_bottoms():
+    # Left: lines at 0-20, 60-80 and 125-145 (middles 10, 70, 135). Right: a box 0-80 (middle 40), a tall
+    # narrow one 20-140 (middle 80) and a short line 100-120 (middle 110): their bottoms (80, 140, 120) are
+    # not in order where the tall box stands. The left's last line, past every middle across, is set against
+    # the nearest, the short line (no overlap): unpaired, 2 of 3 rows pair (under 80 %): two columns. Sought
+    # among the bottoms instead it lands by the tall box, which overlaps it by 15: 3 of 3 pair, and the right
+    # side's rows (median 200 wide, under 0.7 of its 400) are no prose: a table, read as rows.
+    boxes = [
+        line(50, 0, 400),
+        line(50, 60, 400),
+        line(50, 125, 400),
+        line(480, 0, 400, 80),
+        line(480, 20, 80, 120),
+        line(680, 100, 200),
+    ]
+    assert reading_groups(boxes) == [[0, 1, 2], [3, 4, 5]]
+
+
 def test_the_pieces_of_a_line_are_one_row_of_its_side():
     # Two columns on shared baselines, 5 lines each, the second and fourth split in two pieces 6 apart
     # (under the 0.4 h of a gutter), the second piece 6 lower (the detector's skew): a line's pieces, their
