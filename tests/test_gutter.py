@@ -84,6 +84,21 @@ def two_columns(rows: int, right: tuple[int, int] = RIGHT) -> tuple[np.ndarray, 
     return page, quads
 
 
+def under_a_headline(right: int = RIGHT[0], height: int = 420) -> tuple[np.ndarray, list]:
+    """A headline across the page (row 0: it crosses any gutter) over a line of two columns joined in one
+    box across its gutter, from 420 to `right` (row 1)."""
+    page = blank_page(height=height)
+    text(page, 60, 808, 0)
+    text(page, 60, 420, 1)
+    text(page, right, 808, 1)
+    return page, [box(60, 808, 0), box(60, 808, 1)]
+
+
+def cut(right: int = RIGHT[0]) -> list:
+    """The joined line's pieces, cut at its gutter (from 420 to `right`) MARGIN h (3.6) from the ink."""
+    return [pytest.approx((52, 423.6)), pytest.approx((right - 3.6, 816))]
+
+
 def test_lines_joined_across_a_narrow_gutter_are_split_there():
     # The gutter's blank runs 420-448 (28 wide >= GAP_MIN 0.5 h = 18) across every box, every row beside
     # it blank there with text both sides: each box is cut, its pieces keeping MARGIN 0.1 h = 3.6 of blank
@@ -189,12 +204,7 @@ def test_the_rows_that_must_count(rows_under, split):
     # across its gutter (row 1), then `rows_under` rows each in two boxes (the detector parted them). Above:
     # the headline crosses. Under: MIN_ROWS (2) blank rows confirm the gutter; one does not. The boxes under
     # never see MIN_ROWS blank rows on a side (the headline crosses above): they stay as they are.
-    page = blank_page()
-    text(page, 60, 808, 0)
-    quads = [box(60, 808, 0)]
-    text(page, *LEFT, 1)
-    text(page, *RIGHT, 1)
-    quads.append(box(LEFT[0], RIGHT[1], 1))
+    page, quads = under_a_headline()
     for r in range(2, 2 + rows_under):
         text(page, *LEFT, r)
         text(page, *RIGHT, r)
@@ -246,14 +256,10 @@ def story_over(page: np.ndarray, quads: list, rows: list[int], left: tuple[int, 
 def test_the_rows_that_confirm_a_gutter(left, right, split):
     # Row 0: a headline across (it crosses); row 1: the joined line, the gutter 420-438; rows 2 and 3 under
     # it, their own columns as given (in two boxes each). Split: 52-423.6 and 434.4-816.
-    page = blank_page()
-    text(page, 60, 808, 0)
-    text(page, 60, 420, 1)
-    text(page, 438, 808, 1)
-    quads = [box(60, 808, 0), box(60, 808, 1)]
+    page, quads = under_a_headline(438)
     story_over(page, quads, [2, 3], left, right)
     got = both_ways(quads, page)
-    assert got[1] == ([pytest.approx((52, 423.6)), pytest.approx((434.4, 816))] if split else as_is(quads)[1])
+    assert got[1] == (cut(438) if split else as_is(quads)[1])
 
 
 def test_a_short_last_line_joined_to_the_next_column_is_split_at_the_gutter():
@@ -286,14 +292,10 @@ def test_the_window_rows_are_looked_for_in(second, split):
     # WINDOW: rows count within 5 h (180) of the joined line's middle. The line on row 1 (middle 80); rows
     # under it in two boxes each, their middles 150 and `second` below. The line 181 away is too far: one
     # row is under MIN_ROWS.
-    page = blank_page(height=500)
-    text(page, 60, 808, 0)
-    text(page, *LEFT, 1)
-    text(page, *RIGHT, 1)
-    quads = [box(60, 808, 0), box(LEFT[0], RIGHT[1], 1)]
+    page, quads = under_a_headline(height=500)
     rows_at(page, quads, (150, second))
     got = both_ways(quads, page)
-    assert got[1] == ([pytest.approx((52, 423.6)), pytest.approx((444.4, 816))] if split else as_is(quads)[1])
+    assert got[1] == (cut() if split else as_is(quads)[1])
 
 
 def test_box_ends_overhanging_a_gutter_are_pulled_back():
@@ -421,13 +423,8 @@ def test_rows_far_under_a_tilted_line_are_read_along_the_tilt(gutter):
     # along its rows there, against a blank of 20-21 px around a core of 10.8. Looked at along the line's
     # tilt (the mean of its edges' slopes), the rows show the gutter; two thirds of it leaves the farther
     # row's core in ink.
-    page = blank_page(height=500)
-    right = (420 + gutter, 808)
-    text(page, 60, 808, 0)
-    text(page, 60, 420, 1)
-    text(page, *right, 1)
-    quads = [box(60, 808, 0), box(60, 808, 1)]
-    rows_at(page, quads, (150, 178), right)
+    page, quads = under_a_headline(420 + gutter, height=500)
+    rows_at(page, quads, (150, 178), (420 + gutter, 808))
     got = both_ways(*turn(page, quads, 5.0))
     assert len(got[1]) == 2
     cut_at_the_gutter(page, 5.0, gutter, top(1) + INK / 2, got[1])
@@ -661,18 +658,14 @@ def test_a_mark_in_the_column_beside_the_middle_is_its_sides_text(mark, split):
     # _gutter). Under it, rows whose left text ends beyond reach (at 300): of it only a mark one column wide
     # is left within 1.5 h of the middle. In column 423, next to the middle, it is the side's text: the rows
     # show a gutter (split: 52-423.6 and 434.4-816). In 424 it is ink in the middle: the rows cross it.
-    page = blank_page()
-    text(page, 60, 808, 0)
-    text(page, 60, 420, 1)
-    text(page, 438, 808, 1)
-    quads = [box(60, 808, 0), box(60, 808, 1)]
+    page, quads = under_a_headline(438)
     for r in (2, 3):
         text(page, 60, 300, r)
         page[top(r) : top(r) + INK, mark] = 0
         text(page, 438, 808, r)
         quads += [box(60, mark + 1, r), box(438, 808, r)]
     got = both_ways(quads, page)
-    assert got[1] == ([pytest.approx((52, 423.6)), pytest.approx((434.4, 816))] if split else as_is(quads)[1])
+    assert got[1] == (cut(438) if split else as_is(quads)[1])
 
 
 @pytest.mark.parametrize(
@@ -685,14 +678,10 @@ def test_rows_half_a_height_away_and_apart(dys, split):
     # smaller type, its box overlapping the next): their middles `dys` under the joined line's. A row counts
     # from 0.5 h (18) away, and two rows count as two from 0.5 h apart; a row nearer the line, or nearer the
     # row before, is not another row: one is left under MIN_ROWS.
-    page = blank_page()
-    text(page, 60, 808, 0)
-    text(page, *LEFT, 1)
-    text(page, *RIGHT, 1)
-    quads = [box(60, 808, 0), box(LEFT[0], RIGHT[1], 1)]
+    page, quads = under_a_headline()
     rows_at(page, quads, dys)
     got = both_ways(quads, page)
-    assert got[1] == ([pytest.approx((52, 423.6)), pytest.approx((444.4, 816))] if split else as_is(quads)[1])
+    assert got[1] == (cut() if split else as_is(quads)[1])
 
 
 @pytest.mark.parametrize(("height", "split"), [(1, True), (0, False)], ids=["1px", "flat"])
@@ -700,15 +689,14 @@ def test_a_box_of_no_height_is_no_row(height, split):
     # A headline across (row 0), the joined line (row 1), one row under it in two boxes (row 2) and row 3's
     # line, whose box the detector gave `height` px tall through its ink's middle. One pixel tall it is a
     # row, blank at the gutter with text both sides: two rows confirm it. Flat, it is no row: one is left.
-    page = blank_page()
-    text(page, 60, 808, 0)
-    quads = [box(60, 808, 0), box(LEFT[0], RIGHT[1], 1)]
-    story_over(page, [], [1, 2, 3], LEFT, RIGHT)
-    quads += [box(*LEFT, 2), box(*RIGHT, 2)]
+    page, quads = under_a_headline()
+    story_over(page, quads, [2], LEFT, RIGHT)
+    text(page, *LEFT, 3)
+    text(page, *RIGHT, 3)
     y = top(3) + INK // 2
     quads.append([[52, y], [816, y], [816, y + height], [52, y + height]])
     got = both_ways(quads, page)
-    assert got[1] == ([pytest.approx((52, 423.6)), pytest.approx((444.4, 816))] if split else as_is(quads)[1])
+    assert got[1] == (cut() if split else as_is(quads)[1])
 
 
 @pytest.mark.parametrize(("x0", "split"), [(497.4, True), (497.5, False)], ids=["in-reach", "past"])
@@ -717,18 +705,14 @@ def test_a_row_is_looked_at_when_its_box_reaches_the_gutters_sides(x0, split):
     # boxes the detector drew over the right half of their ink only, from x0: a box is one of the gutter's
     # rows when it reaches the core and REACH h beyond it (438 + 5.4 + 54 = 497.4), the ink its row holds
     # being read across the page. Past that, no row is left under the line (the mirror image: its x1).
-    page = blank_page()
-    text(page, 60, 808, 0)
-    text(page, 60, 420, 1)
-    text(page, 438, 808, 1)
-    quads = [box(60, 808, 0), box(60, 808, 1)]
+    page, quads = under_a_headline(438)
     for r in (2, 3):
         text(page, 60, 420, r)
         text(page, 438, 808, r)
         y0, y1 = top(r) - PAD, top(r) + INK + PAD
         quads.append([[x0, y0], [816, y0], [816, y1], [x0, y1]])
     got = both_ways(quads, page)
-    assert got[1] == ([pytest.approx((52, 423.6)), pytest.approx((434.4, 816))] if split else as_is(quads)[1])
+    assert got[1] == (cut(438) if split else as_is(quads)[1])
 
 
 def test_blanks_in_the_margin_do_not_stop_the_search():
