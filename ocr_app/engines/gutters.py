@@ -254,7 +254,7 @@ def _confirmed(i: int, box: _Quad, start: int, end: int, lines: _Lines, page: _P
     # mutation: ReplaceComparisonOperator_LtE_Lt equivalent because of that.
     # mutation: NumberReplacer to `1 * inset` equivalent because of that.
     # mutation: ReplaceBinaryOperator_Mul_Div equivalent because of that.
-    # mutation: ReplaceBinaryOperator_Sub_Add equivalent because of that (end + start is never that small).
+    # mutation: ReplaceBinaryOperator_Sub_Add to `end + start` equivalent because of that (never that small).
     anchors = [middle] if end - start <= 2 * inset else [start + inset, middle, end - inset]
     core, reach = CORE * h / 2, REACH * h
     mid = box.middle(middle)
