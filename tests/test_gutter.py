@@ -582,9 +582,17 @@ def test_a_box_with_one_piece_moved_is_cut_to_it():
 
 @pytest.mark.parametrize(
     ("height", "length", "long"),
-    [(0.0, 10.0, False), (0.5, 1.0, True), (0.5, 0.9, False), (36.0, 72.0, True), (36.0, 71.9, False)],
+    [
+        (0.0, 10.0, False),
+        (8.0, 16.0, True),
+        (8.0, 15.9, False),
+        (7.9, 100.0, False),
+        (36.0, 72.0, True),
+        (36.0, 71.9, False),
+    ],
 )
-def test_a_box_is_long_at_two_heights_and_never_without_height(height, length, long):
+def test_a_box_is_long_at_two_heights_and_at_least_min_height_tall(height, length, long):
+    # Two heights long, and MIN_HEIGHT (8 px) tall: a box 7.9 px tall is left as it is however long.
     quad = [[5, 5], [5 + length, 5], [5 + length, 5 + height], [5, 5 + height]]
     assert gutters._long(gutters._Quad(np.asarray(quad, dtype=float))) is long
 

@@ -50,6 +50,9 @@ WINDOW = 5.0
 # 0.7 h wide leave the layout its GUTTER_MIN (0.4 of the page's median h) once the page is deskewed (a cut
 # along the page's vertical widens a tilted box by h tan(angle): 1.3 px at 2 degrees).
 MARGIN = 0.1
+# A box under MIN_HEIGHT px tall is left as it is: its text, some 5 px, is nothing the recogniser reads, and
+# the gutter's middle (CORE h) would be under two columns wide, or none.
+MIN_HEIGHT = 8.0
 
 
 def ink_mask(image: np.ndarray) -> np.ndarray:
@@ -184,8 +187,8 @@ def gutter_pieces(quads: np.ndarray, image: np.ndarray) -> list[list[Piece]]:
 
 def _long(box: _Quad) -> bool:
     """Whether a box is long enough to hold a gutter: not a word, nor a line standing (a page turned
-    sideways, read as sent)."""
-    return box.h > 0 and box.x1 - box.x0 >= 2 * box.h
+    sideways, read as sent), nor one under MIN_HEIGHT."""
+    return box.h >= MIN_HEIGHT and box.x1 - box.x0 >= 2 * box.h
 
 
 def _fit(i: int, box: _Quad, lines: _Lines, page: _Page) -> list[Piece] | None:
@@ -291,7 +294,8 @@ def _confirmed(i: int, box: _Quad, start: int, end: int, lines: _Lines, page: _P
                 rows.append(False)  # ink in the gutter's middle: this row crosses it
                 continue
             # The sides are looked at once the middle is known blank: a side reaching into it (to first or
-            # last, or one column over) sees the same ink.
+            # last, or one column over: the middle, CORE h of at least MIN_HEIGHT, spans two columns or more)
+            # sees the same ink.
             # mutation: ReplaceBinaryOperator_Sub_Add to `first + 1` equivalent because of that.
             # mutation: NumberReplacer to `first - 0` equivalent likewise.
             left = page.inked(row, math.ceil(at - core - reach - 0.5), first - 1)
