@@ -67,7 +67,9 @@ def submit_ok(c: httpx.Client, data: bytes, timeout: float = 30, **kw) -> httpx.
     return r
 
 
-def wait_status(c: httpx.Client, job_id: str, predicate, timeout: float = 60) -> dict:
+def wait_status(c: httpx.Client, job_id: str, predicate, timeout: float = 300) -> dict:
+    """The job's status once `predicate` holds. The bound stops a hang; it times nothing: a job waits behind
+    whatever else the server reads, which on a slow, busy machine can take minutes."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         body = c.get(f"/v1/jobs/{job_id}").json()

@@ -257,7 +257,7 @@ def test_a_job_in_progress_survives_a_failover(tmp_path_factory, pair):
             assert conn.execute("SELECT pg_promote(true, 30)").fetchone()[0] is True
 
         # (a 503 jobs_unavailable meanwhile: the pool reconnects with its back-off)
-        wait_status(c, job_id, lambda s: s.get("status") == "done", timeout=30)
+        wait_status(c, job_id, lambda s: s.get("status") == "done")
         stop.set()
         poller.join(10)
 
