@@ -34,7 +34,7 @@ def test_manifest_pins_every_source_and_describes_every_page() -> None:
             assert len(box) == 4 and 0 <= box[0] < box[2] <= 842 and 0 <= box[1] < box[3] <= 1191, p["name"]
     assert sum(p["kind"] == "multi-column" for p in m["pages"]) >= 3
     assert all("order" in p for p in m["pages"] if p["kind"] in ORDERED)
-    assert {p["kind"] for p in m["pages"]} >= {"three-column", "newsletter", "invoice"}
+    assert {p["kind"] for p in m["pages"]} >= {"three-column", "newsletter", "invoice", "receipt"}
 
 
 def test_a_page_s_truth_follows_the_reader_s_order(tmp_path) -> None:
